@@ -1,0 +1,132 @@
+/**
+ * TypeScript client for the fencegate lock issuer.
+ *
+ *   const fg = new FencegateClient({ url: 'http://127.0.0.1:9090' });
+ *   await fg.withLock('order:42', { owner: 'worker-7', ttlMs: 10_000 }, async (lock) => {
+ *     await lock.fetch('http://127.0.0.1:8080/orders/42', { method: 'PUT', body });
+ *   });
+ */
+import { randomUUID } from 'node:crypto';
+import { FencegateError, LockHeldError } from './errors.js';
+import { call, problemMessage, type FetchLike } from './http.js';
+import { Lock, type LeaseInfo } from './lock.js';
+
+export { FencegateError, LockHeldError, LeaseLostError } from './errors.js';
+export type { Problem } from './errors.js';
+export { Lock } from './lock.js';
+export type { LeaseInfo } from './lock.js';
+
+export interface ClientOptions {
+  /** Control listener base URL, e.g. http://127.0.0.1:9090 */
+  url: string;
+  fetch?: FetchLike;
+  /** Per-request timeout for renew/release/inspect (default 5000). */
+  requestTimeoutMs?: number;
+  /** Attempts for an acquire whose response was lost (same requestId each time; default 3). */
+  acquireAttempts?: number;
+}
+
+export interface AcquireOptions {
+  owner: string;
+  ttlMs?: number;
+  /** Wait up to this long in the lock's FIFO queue (default 0: fail at once). */
+  waitMs?: number;
+  /** Idempotency id; generated when omitted, and reused across retries. */
+  requestId?: string;
+  autoRenew?: boolean;
+  renewEveryMs?: number;
+  safetyMarginMs?: number;
+  signal?: AbortSignal;
+}
+
+export interface LockStatus {
+  key: string;
+  held: boolean;
+  owner: string | null;
+  token: string;
+  expiresAt: string | null;
+  waiters: number;
+}
+
+export class FencegateClient {
+  private readonly base: string;
+  private readonly fetchImpl: FetchLike;
+  private readonly timeoutMs: number;
+  private readonly attempts: number;
+
+  constructor(options: ClientOptions) {
+    this.base = options.url.replace(/\/+$/, '');
+    this.fetchImpl = options.fetch ?? fetch;
+    this.timeoutMs = options.requestTimeoutMs ?? 5000;
+    this.attempts = Math.max(1, options.acquireAttempts ?? 3);
+  }
+
+  private lockUrl(key: string, op?: string): string {
+    return `${this.base}/v1/locks/${encodeURIComponent(key)}${op ? `/${op}` : ''}`;
+  }
+
+  /** Acquires the lock (waiting up to waitMs). Throws LockHeldError if it stays held. */
+  async acquire(key: string, options: AcquireOptions): Promise<Lock> {
+    const ttlMs = options.ttlMs ?? 10_000;
+    const waitMs = options.waitMs ?? 0;
+    const requestId = options.requestId ?? randomUUID();
+    let lastError: unknown;
+    for (let attempt = 0; attempt < this.attempts; attempt++) {
+      const sentAt = Date.now();
+      try {
+        const r = await call<LeaseInfo>(this.fetchImpl, this.lockUrl(key, 'acquire'), {
+          method: 'POST',
+          body: { owner: options.owner, ttlMs, waitMs, requestId },
+          timeoutMs: waitMs + this.timeoutMs,
+          signal: options.signal,
+        });
+        if (r.ok) {
+          return new Lock(this.base, this.fetchImpl, r.body, sentAt, {
+            autoRenew: options.autoRenew ?? true,
+            renewEveryMs: options.renewEveryMs,
+            safetyMarginMs: options.safetyMarginMs,
+            requestTimeoutMs: this.timeoutMs,
+          });
+        }
+        const msg = problemMessage(r.status, r.problem);
+        if (r.status === 409) throw new LockHeldError(msg, r.status, r.problem);
+        if (r.status < 500) throw new FencegateError(msg, r.status, r.problem);
+        lastError = new FencegateError(msg, r.status, r.problem);
+      } catch (err) {
+        if (err instanceof FencegateError && err.status < 500) throw err;
+        if (options.signal?.aborted) throw err;
+        lastError = err; // network failure or 5xx: retry with the same requestId (no double grant)
+      }
+      await new Promise((r) => setTimeout(r, 50 * 2 ** attempt));
+    }
+    throw lastError;
+  }
+
+  /** Runs fn while holding the lock; fn gets the Lock (use lock.signal / lock.fetch). Always releases. */
+  async withLock<T>(key: string, options: AcquireOptions, fn: (lock: Lock) => Promise<T>): Promise<T> {
+    const lock = await this.acquire(key, options);
+    try {
+      return await fn(lock);
+    } finally {
+      await lock.release().catch(() => false);
+    }
+  }
+
+  /** The lock's state, or null if no token was ever issued for it. */
+  async inspect(key: string): Promise<LockStatus | null> {
+    const r = await call<LockStatus>(this.fetchImpl, this.lockUrl(key), {
+      method: 'GET',
+      timeoutMs: this.timeoutMs,
+    });
+    if (r.ok) return r.body;
+    if (r.status === 404) return null;
+    throw new FencegateError(problemMessage(r.status, r.problem), r.status, r.problem);
+  }
+}
+
+/** Adds a Fencing-Token header to fetch options (for callers not using Lock.fetch). */
+export function withFencingToken(init: RequestInit, token: bigint | string): RequestInit {
+  const headers = new Headers(init.headers);
+  headers.set('fencing-token', typeof token === 'bigint' ? token.toString(10) : token);
+  return { ...init, headers };
+}

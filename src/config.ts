@@ -1,0 +1,209 @@
+/**
+ * Server configuration: defaults < config file (--config, YAML) < environment
+ * (FENCEGATE_*) < flags. The result is validated and frozen; every error names
+ * where the bad value came from (file:line and field, the variable, or the flag).
+ */
+import { readFileSync } from 'node:fs';
+import { LineCounter, parseDocument, isMap, isScalar } from 'yaml';
+import type { Pair, Scalar } from 'yaml';
+
+export interface HostPort {
+  host: string;
+  port: number;
+}
+
+export interface ServeConfig {
+  store: string;
+  /** Redis key prefix or Postgres schema; lets several deployments share one server. */
+  storeNamespace: string | null;
+  listen: HostPort;
+  control: HostPort;
+  policies: string;
+  allowVolatileRedis: boolean;
+  /** Run the sample upstream (for the out-of-the-box demo) on this address. */
+  sample: HostPort | null;
+  defaultTtlMs: number;
+  minTtlMs: number;
+  maxTtlMs: number;
+  maxWaitMs: number;
+  logLevel: string;
+}
+
+export const DEFAULTS: ServeConfig = Object.freeze({
+  store: './.fencegate',
+  storeNamespace: null,
+  listen: { host: '127.0.0.1', port: 8080 },
+  control: { host: '127.0.0.1', port: 9090 },
+  policies: './policies',
+  allowVolatileRedis: false,
+  sample: null,
+  defaultTtlMs: 10_000,
+  minTtlMs: 100,
+  maxTtlMs: 3_600_000,
+  maxWaitMs: 300_000,
+  logLevel: 'info',
+});
+
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ConfigError';
+  }
+}
+
+/** Parses HOST:PORT, [IPv6]:PORT or :PORT. Port 0 picks a free port. */
+export function parseHostPort(value: string, where: string): HostPort {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(value.trim());
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535) throw new ConfigError(`${where}: "${value}" is not HOST:PORT (port 0–65535)`);
+  return { host: m[1] ?? (m[2] || '127.0.0.1'), port };
+}
+
+function parseIntIn(value: string | number, where: string, min: number, max: number): number {
+  const n = typeof value === 'number' ? value : /^\d+$/.test(value) ? Number(value) : NaN;
+  if (!Number.isSafeInteger(n) || n < min || n > max) {
+    throw new ConfigError(`${where}: "${value}" must be an integer between ${min} and ${max}`);
+  }
+  return n;
+}
+
+function parseBool(value: string | boolean, where: string): boolean {
+  if (typeof value === 'boolean') return value;
+  if (/^(1|true|yes|on)$/i.test(value)) return true;
+  if (/^(0|false|no|off)$/i.test(value)) return false;
+  throw new ConfigError(`${where}: "${value}" must be true or false`);
+}
+
+export type RawSettings = Partial<Record<keyof ServeConfig, string | number | boolean>>;
+
+const KEYS: Record<keyof ServeConfig, 'string' | 'name' | 'hostport' | 'bool' | 'int' | 'hostport?'> = {
+  store: 'string',
+  storeNamespace: 'name',
+  listen: 'hostport',
+  control: 'hostport',
+  policies: 'string',
+  allowVolatileRedis: 'bool',
+  sample: 'hostport?',
+  defaultTtlMs: 'int',
+  minTtlMs: 'int',
+  maxTtlMs: 'int',
+  maxWaitMs: 'int',
+  logLevel: 'string',
+};
+
+export const ENV_VARS: Partial<Record<keyof ServeConfig, string>> = {
+  store: 'FENCEGATE_STORE',
+  storeNamespace: 'FENCEGATE_STORE_NAMESPACE',
+  listen: 'FENCEGATE_LISTEN',
+  control: 'FENCEGATE_CONTROL',
+  policies: 'FENCEGATE_POLICIES',
+  allowVolatileRedis: 'FENCEGATE_ALLOW_VOLATILE_REDIS',
+  sample: 'FENCEGATE_SAMPLE',
+  logLevel: 'FENCEGATE_LOG_LEVEL',
+};
+
+function applyOne(cfg: ServeConfig, key: keyof ServeConfig, value: string | number | boolean, where: string) {
+  const kind = KEYS[key];
+  const target = cfg as unknown as Record<string, unknown>;
+  switch (kind) {
+    case 'string':
+      if (typeof value !== 'string' || value.length === 0)
+        throw new ConfigError(`${where}: must be a non-empty string`);
+      target[key] = value;
+      break;
+    case 'name':
+      if (typeof value !== 'string' || !/^[a-z_][a-z0-9_]{0,62}$/.test(value)) {
+        throw new ConfigError(`${where}: "${String(value)}" must be a lower-case identifier (a-z, 0-9, _), at most 63 characters`);
+      }
+      target[key] = value;
+      break;
+    case 'hostport':
+    case 'hostport?':
+      if (typeof value !== 'string') throw new ConfigError(`${where}: must be "HOST:PORT"`);
+      target[key] = parseHostPort(value, where);
+      break;
+    case 'bool':
+      target[key] = parseBool(value as string | boolean, where);
+      break;
+    case 'int':
+      target[key] = parseIntIn(value as string | number, where, 0, 86_400_000);
+      break;
+  }
+}
+
+/** Reads a YAML config file: a flat mapping of the ServeConfig keys. */
+export function readConfigFile(path: string): RawSettings & { __where: Record<string, string> } {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(
+      `${path}: cannot read config file (${(err as NodeJS.ErrnoException).code ?? 'error'})`,
+    );
+  }
+  const lines = new LineCounter();
+  const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false });
+  const at = (offset: number | undefined) => {
+    const p = lines.linePos(offset ?? 0);
+    return `${path}:${p.line}:${p.col}`;
+  };
+  const firstError = doc.errors[0];
+  if (firstError) throw new ConfigError(`${at(firstError.pos[0])}: ${firstError.message.split('\n')[0]}`);
+  const out: RawSettings & { __where: Record<string, string> } = { __where: {} };
+  if (doc.contents === null) return out;
+  if (!isMap(doc.contents)) throw new ConfigError(`${at(0)}: the config file must be a mapping of settings`);
+  for (const item of doc.contents.items as Pair<Scalar, unknown>[]) {
+    const keyNode = item.key;
+    const name = isScalar(keyNode) ? String(keyNode.value) : '?';
+    const where = `${at(keyNode?.range?.[0])}: ${name}`;
+    if (!(name in KEYS))
+      throw new ConfigError(`${where}: unknown setting; known: ${Object.keys(KEYS).join(', ')}`);
+    const v = isScalar(item.value) ? item.value.value : undefined;
+    if (typeof v !== 'string' && typeof v !== 'number' && typeof v !== 'boolean') {
+      throw new ConfigError(`${where}: must be a single value`);
+    }
+    out[name as keyof ServeConfig] = v;
+    out.__where[name] = where;
+  }
+  return out;
+}
+
+export interface ConfigSources {
+  file?: string;
+  env?: NodeJS.ProcessEnv;
+  flags?: RawSettings;
+}
+
+export function resolveConfig(sources: ConfigSources): Readonly<ServeConfig> {
+  const cfg: ServeConfig = structuredClone({ ...DEFAULTS }) as ServeConfig;
+  if (sources.file) {
+    const raw = readConfigFile(sources.file);
+    for (const key of Object.keys(KEYS) as (keyof ServeConfig)[]) {
+      const v = raw[key];
+      if (v !== undefined) applyOne(cfg, key, v, raw.__where[key] ?? `${sources.file}: ${key}`);
+    }
+  }
+  const env = sources.env ?? {};
+  for (const [key, name] of Object.entries(ENV_VARS) as [keyof ServeConfig, string][]) {
+    const v = env[name];
+    if (v !== undefined && v !== '') applyOne(cfg, key, v, `environment ${name}`);
+  }
+  for (const [key, v] of Object.entries(sources.flags ?? {}) as [keyof ServeConfig, string | boolean][]) {
+    if (v !== undefined) applyOne(cfg, key, v, `--${flagName(key)}`);
+  }
+  if (cfg.minTtlMs < 1 || cfg.minTtlMs > cfg.maxTtlMs)
+    throw new ConfigError('minTtlMs must be ≥ 1 and ≤ maxTtlMs');
+  if (cfg.defaultTtlMs < cfg.minTtlMs || cfg.defaultTtlMs > cfg.maxTtlMs) {
+    throw new ConfigError('defaultTtlMs must lie between minTtlMs and maxTtlMs');
+  }
+  return deepFreeze(cfg);
+}
+
+export function flagName(key: string): string {
+  return key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+}
+
+function deepFreeze<T>(o: T): Readonly<T> {
+  for (const v of Object.values(o as object)) if (v && typeof v === 'object') deepFreeze(v);
+  return Object.freeze(o);
+}

@@ -1,0 +1,90 @@
+/**
+ * The catalogue of problem codes. Every refusal fencegate sends is an RFC 9457
+ * problem (`application/problem+json`) whose `type` is `urn:fencegate:<code>`.
+ * Each code is listed here once, and documented in docs/errors.md (a test keeps
+ * the two in step).
+ */
+export const PROBLEMS = {
+  'bad-request': { status: 400, title: 'The request is malformed' },
+  'invalid-key': { status: 400, title: 'The lock key is not valid' },
+  'invalid-ttl': { status: 400, title: 'ttlMs is out of bounds' },
+  'token-malformed': { status: 400, title: 'The fencing token is malformed' },
+  'lock-held': { status: 409, title: 'The lock is held by another owner' },
+  'lease-lost': { status: 409, title: 'The lease has expired or was taken over' },
+  'not-owner': { status: 409, title: 'The lease does not hold the lock' },
+  'lock-not-found': { status: 404, title: 'No token was ever issued for this lock' },
+  'stale-token': { status: 409, title: 'The fencing token is older than one already admitted' },
+  'lease-expired': { status: 409, title: 'The lease of this token is no longer live' },
+  'token-required': { status: 428, title: 'This route requires a Fencing-Token header' },
+  'token-invalid': { status: 403, title: 'The fencing token was never issued for this lock' },
+  'fence-unavailable': { status: 503, title: 'The fence store is unavailable; the write was not forwarded' },
+  'store-unavailable': { status: 503, title: 'The lock store is unavailable' },
+  'no-route': { status: 404, title: 'No route matches this request' },
+  'upstream-unavailable': { status: 502, title: 'The upstream could not be reached' },
+  'upstream-timeout': { status: 504, title: 'The upstream did not answer in time' },
+  'payload-too-large': { status: 413, title: 'The request body is too large' },
+  'not-found': { status: 404, title: 'Not found' },
+  'method-not-allowed': { status: 405, title: 'Method not allowed' },
+  internal: { status: 500, title: 'Internal error' },
+} as const satisfies Record<string, { status: number; title: string }>;
+
+export type ProblemCode = keyof typeof PROBLEMS;
+
+export interface ProblemBody {
+  type: string;
+  title: string;
+  status: number;
+  detail?: string;
+  [extra: string]: unknown;
+}
+
+export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
+
+/** An expected refusal carried as an exception across layers that cannot return it. */
+export class ProblemError extends Error {
+  readonly code: ProblemCode;
+  readonly status: number;
+  readonly extra: Record<string, unknown>;
+  readonly headers: Record<string, string>;
+
+  constructor(
+    code: ProblemCode,
+    detail?: string,
+    extra: Record<string, unknown> = {},
+    options: { cause?: unknown; headers?: Record<string, string> } = {},
+  ) {
+    super(detail ?? PROBLEMS[code].title, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'ProblemError';
+    this.code = code;
+    this.status = PROBLEMS[code].status;
+    this.extra = extra;
+    this.headers = options.headers ?? {};
+  }
+
+  toBody(): ProblemBody {
+    return problemBody(this.code, this.message, this.extra);
+  }
+}
+
+export function problemBody(
+  code: ProblemCode,
+  detail?: string,
+  extra: Record<string, unknown> = {},
+): ProblemBody {
+  const p = PROBLEMS[code];
+  const body: ProblemBody = { type: `urn:fencegate:${code}`, title: p.title, status: p.status };
+  if (detail !== undefined) body.detail = detail;
+  for (const [k, v] of Object.entries(extra)) {
+    if (v === undefined) continue;
+    body[k] = typeof v === 'bigint' ? v.toString(10) : v;
+  }
+  return body;
+}
+
+/** Raised by a store when the backend cannot be reached or failed: infrastructure, not a refusal. */
+export class StoreUnavailableError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'StoreUnavailableError';
+  }
+}

@@ -1,0 +1,119 @@
+/**
+ * The issuer's HTTP API (DESIGN.md, "Lock issuer API"), as a fastify plugin on the
+ * control listener. Tokens leave as decimal strings; times as ISO-8601 (store clock).
+ */
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import { ProblemError } from '../errors.js';
+import { sendProblem } from '../http/problems.js';
+import type { Lease, LockState } from '../store/types.js';
+import type { Issuer } from './service.js';
+import { parseAcquire, parseRelease, parseRenew, validKey } from './validate.js';
+
+export interface IssuerRoutesOptions {
+  issuer: Issuer;
+  defaultTtlMs?: number;
+}
+
+type KeyParams = { key: string };
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+export function leaseJson(lease: Lease) {
+  return {
+    key: lease.key,
+    owner: lease.owner,
+    leaseId: lease.leaseId,
+    token: lease.token.toString(10),
+    expiresAt: iso(lease.expiresAt),
+    ttlMs: lease.ttlMs,
+  };
+}
+
+export function lockJson(s: LockState) {
+  return {
+    key: s.key,
+    held: s.held,
+    owner: s.held ? s.owner : null,
+    token: s.token.toString(10),
+    issued: s.issued.toString(10),
+    highest: s.highest === null ? null : s.highest.toString(10),
+    expiresAt: s.held && s.expiresAt !== null ? iso(s.expiresAt) : null,
+    waiters: s.waiters,
+  };
+}
+
+async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Promise<void> {
+  const { issuer } = opts;
+  const defaultTtl = opts.defaultTtlMs ?? 10_000;
+  const keyOf = (req: FastifyRequest<{ Params: KeyParams }>) => validKey(req.params.key);
+
+  app.post<{ Params: KeyParams }>('/v1/locks/:key/acquire', async (req, reply) => {
+    const key = keyOf(req);
+    const body = parseAcquire(req.body, issuer.limits, defaultTtl);
+    // A client that hangs up stops waiting in the queue. (The response's 'close', not the
+    // request's: a request emits 'close' as soon as its body has been read.)
+    const abort = new AbortController();
+    const onClose = () => abort.abort();
+    reply.raw.once('close', onClose);
+    try {
+      const r = await issuer.acquire({ key, ...body }, abort.signal);
+      if (r.ok) return reply.code(200).send({ ...leaseJson(r.lease), replayed: r.replayed });
+      const retryAfterMs = Math.max(1, r.retryAfterMs);
+      return sendProblem(
+        reply,
+        'lock-held',
+        `lock "${key}" is held`,
+        { lock: key, retryAfterMs },
+        {
+          'retry-after': String(Math.max(1, Math.ceil(retryAfterMs / 1000))),
+        },
+      );
+    } finally {
+      reply.raw.off('close', onClose);
+    }
+  });
+
+  app.post<{ Params: KeyParams }>('/v1/locks/:key/renew', async (req, reply) => {
+    const key = keyOf(req);
+    const body = parseRenew(req.body, issuer.limits, defaultTtl);
+    const r = await issuer.renew(key, body.leaseId, body.ttlMs);
+    if (!r.ok) {
+      return sendProblem(reply, 'lease-lost', 'the lease has expired or was taken over', {
+        lock: key,
+        leaseId: body.leaseId,
+      });
+    }
+    const l = r.lease;
+    return {
+      key: l.key,
+      leaseId: l.leaseId,
+      token: l.token.toString(10),
+      expiresAt: iso(l.expiresAt),
+      ttlMs: l.ttlMs,
+    };
+  });
+
+  app.post<{ Params: KeyParams }>('/v1/locks/:key/release', async (req, reply) => {
+    const key = keyOf(req);
+    const body = parseRelease(req.body);
+    const r = await issuer.release(key, body.leaseId);
+    if (!r.ok) {
+      return sendProblem(reply, 'not-owner', 'this lease does not hold the lock', {
+        lock: key,
+        leaseId: body.leaseId,
+      });
+    }
+    return { released: true };
+  });
+
+  app.get<{ Params: KeyParams }>('/v1/locks/:key', async (req) => {
+    const key = keyOf(req);
+    const s = await issuer.inspect(key);
+    if (s === null)
+      throw new ProblemError('lock-not-found', `no token was ever issued for "${key}"`, { lock: key });
+    return lockJson(s);
+  });
+}
+
+export default fp(issuerRoutes, { name: 'fencegate-issuer', fastify: '5.x' });

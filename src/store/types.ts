@@ -1,0 +1,188 @@
+/**
+ * The one interface every backend (embedded, Postgres, Redis) implements for locks
+ * and fences. Expected outcomes (held, lost, stale…) are results, never exceptions;
+ * a method throws only when the backend itself fails, and then it throws
+ * StoreUnavailableError (src/errors.ts).
+ *
+ * Times are milliseconds since the Unix epoch *on the store's clock* (Redis TIME,
+ * Postgres clock_timestamp()); callers never compare them with their own clock,
+ * only use differences (e.g. retryAfterMs) as hints.
+ */
+import type { FencingToken } from '../tokens.js';
+
+export interface Lease {
+  key: string;
+  owner: string;
+  leaseId: string;
+  token: FencingToken;
+  /** Store-clock ms when the lease lapses unless renewed. */
+  expiresAt: number;
+  ttlMs: number;
+}
+
+export interface AcquireRequest {
+  key: string;
+  owner: string;
+  ttlMs: number;
+  /**
+   * Idempotency id. A retry with the same (key, requestId, owner) returns the lease
+   * first granted for it (with `replayed: true`) and never grants twice. Records are
+   * kept for at least max(ttlMs, 10 min).
+   */
+  requestId?: string;
+  /**
+   * Set when this attempt comes from a queued waiter (see enqueueWaiter). An attempt
+   * only succeeds if the lock is free AND (no live waiter is queued, or this waiter is
+   * the head of the queue). An attempt without waiterId never jumps a non-empty queue.
+   * On success the waiter entry is removed in the same atomic step.
+   */
+  waiterId?: string;
+}
+
+export type AcquireResult =
+  | {
+      ok: true;
+      lease: Lease;
+      /** True when this is the replay of an earlier grant with the same requestId. */
+      replayed: boolean;
+      /** True when the grant replaced a lease that lapsed without being released. */
+      tookOverExpired: boolean;
+    }
+  | {
+      ok: false;
+      reason: 'held';
+      /**
+       * Earliest time (ms from now) at which the state may change without a
+       * notification: the current lease's expiry, or the deadline of a queued waiter
+       * ahead of us. Always ≥ 1.
+       */
+      retryAfterMs: number;
+    };
+
+export type RenewResult = { ok: true; lease: Lease } | { ok: false; reason: 'lease-lost' };
+
+export type ReleaseResult = { ok: true } | { ok: false; reason: 'not-owner' };
+
+export interface LockState {
+  key: string;
+  /** True while a lease is live (not expired by the store's clock). */
+  held: boolean;
+  owner: string | null;
+  leaseId: string | null;
+  /** Token of the live lease, or the last token issued when no lease is live. */
+  token: FencingToken;
+  /** Highest token ever issued for this key (= token when held). */
+  issued: FencingToken;
+  expiresAt: number | null;
+  /** Live queued waiters. */
+  waiters: number;
+  /** Highest token the gateway admitted for this key, if any. */
+  highest: FencingToken | null;
+}
+
+export type FenceCheck = 'token' | 'lease';
+
+export interface AdmitRequest {
+  lock: string;
+  token: FencingToken;
+  check: FenceCheck;
+  /** Unique id of this in-flight write; used to finish() it. */
+  requestId: string;
+  /** How long the in-flight entry counts if never finished (crashed gateway): upstream timeout + margin. */
+  inflightTtlMs: number;
+  /**
+   * When false (shadow mode), the checks run and the verdict is returned, but
+   * nothing is recorded: the fence does not move and no in-flight entry is added.
+   */
+  record: boolean;
+}
+
+export type AdmitResult =
+  | {
+      ok: true;
+      /** Highest admitted token after this admission. */
+      highest: FencingToken;
+      /** Live in-flight entries for this lock with a token lower than ours (drain barrier). */
+      lowerInflight: number;
+    }
+  | {
+      ok: false;
+      /**
+       * stale: token < highest admitted, or below the current epoch's floor;
+       * forged: token never issued for this lock (greater than the highest issued, or nothing issued);
+       * lease-expired: check 'lease' and the token's lease is not live now.
+       */
+      reason: 'stale' | 'forged' | 'lease-expired';
+      highest: FencingToken | null;
+    };
+
+export interface InflightState {
+  /** Live in-flight entries with a token lower than the one asked about. */
+  count: number;
+  /** Store-clock ms of the earliest deadline among them (when one stops counting), or null. */
+  nextDeadline: number | null;
+  /** Store clock now, so the caller can compute a timer. */
+  now: number;
+}
+
+export interface StoreHealth {
+  ok: boolean;
+  kind: StoreKind;
+  detail: string;
+  epoch: { id: string; floor: FencingToken } | null;
+}
+
+export type StoreKind = 'embedded' | 'postgres' | 'redis';
+
+export interface Store {
+  readonly kind: StoreKind;
+
+  // ---- locks (issuer) ----
+  tryAcquire(req: AcquireRequest): Promise<AcquireResult>;
+  renew(key: string, leaseId: string, ttlMs: number): Promise<RenewResult>;
+  release(key: string, leaseId: string): Promise<ReleaseResult>;
+  /** null when no token was ever issued for the key (in the current epoch). */
+  inspect(key: string): Promise<LockState | null>;
+  /** Appends a waiter to the key's FIFO queue; it stops counting at now + waitMs (store clock). */
+  enqueueWaiter(key: string, waiterId: string, waitMs: number): Promise<void>;
+  /** Removes a waiter (gave up or timed out) and notifies watchers. */
+  removeWaiter(key: string, waiterId: string): Promise<void>;
+  /** Keys with a live lease or queued waiters, for the dashboard's lock table (bounded). */
+  listLocks(limit: number): Promise<LockState[]>;
+
+  // ---- fences (gateway) ----
+  admit(req: AdmitRequest): Promise<AdmitResult>;
+  /** Removes an in-flight entry (upstream answered or request aborted) and notifies watchers. */
+  finish(lock: string, requestId: string): Promise<void>;
+  lowerInflight(lock: string, token: FencingToken): Promise<InflightState>;
+
+  // ---- notifications ----
+  /**
+   * Calls `listener` (with no arguments; possibly spuriously) whenever the key's state
+   * may have changed for waiters: a release, a waiter leaving, an in-flight write
+   * finishing. Delivered across processes (Redis pub/sub, Postgres LISTEN/NOTIFY).
+   * Resolves once the subscription is active; the returned function unsubscribes.
+   */
+  watch(key: string, listener: () => void): Promise<() => void>;
+
+  // ---- epochs ----
+  /**
+   * Starts a new global epoch whose floor is the store clock in ms × 1000 (or higher,
+   * never lower than the current floor). For use after restoring a backup: every token
+   * minted afterwards is above the floor, and tokens at or below it are refused as stale.
+   */
+  bumpEpoch(): Promise<{ id: string; floor: FencingToken }>;
+
+  // ---- lifecycle ----
+  /** Store clock, ms since epoch. */
+  now(): Promise<number>;
+  health(): Promise<StoreHealth>;
+  close(): Promise<void>;
+}
+
+export interface StoreOptions {
+  /** Redis: key prefix (default "fg"). Postgres/embedded: schema name (default "fencegate"). */
+  namespace?: string;
+  /** Redis: start even without AOF appendfsync always. */
+  allowVolatileRedis?: boolean;
+}

@@ -1,0 +1,71 @@
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ConfigError, DEFAULTS, parseHostPort, resolveConfig } from '../../src/config.js';
+import { checkLockKey } from '../../src/issuer/keys.js';
+
+describe('config', () => {
+  it('has the documented defaults', () => {
+    const c = resolveConfig({});
+    expect(c.store).toBe('./.fencegate');
+    expect(c.listen).toEqual({ host: '127.0.0.1', port: 8080 });
+    expect(c.control).toEqual({ host: '127.0.0.1', port: 9090 });
+    expect(c.policies).toBe('./policies');
+    expect(Object.isFrozen(c)).toBe(true);
+    expect(DEFAULTS.listen.port).toBe(8080);
+  });
+
+  it('layers file < environment < flags', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'fg-cfg-'));
+    const file = join(dir, 'fencegate.yaml');
+    await writeFile(file, 'store: /from/file\nlisten: 127.0.0.1:1000\ncontrol: "[::1]:2000"\nmaxTtlMs: 60000\n');
+    const c = resolveConfig({
+      file,
+      env: { FENCEGATE_LISTEN: '127.0.0.1:1001', FENCEGATE_STORE: 'redis://env' },
+      flags: { store: 'postgres://flag' },
+    });
+    expect(c.store).toBe('postgres://flag');
+    expect(c.listen.port).toBe(1001);
+    expect(c.control).toEqual({ host: '::1', port: 2000 });
+    expect(c.maxTtlMs).toBe(60000);
+  });
+
+  it('names the file, line and field of a bad setting', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'fg-cfg-'));
+    const file = join(dir, 'c.yaml');
+    await writeFile(file, 'store: x\nlisen: 1.2.3.4:5\n');
+    expect(() => resolveConfig({ file })).toThrow(new RegExp(`${file}:2:1: lisen: unknown setting`));
+    await writeFile(file, 'store: x\nlisten: nope\n');
+    expect(() => resolveConfig({ file })).toThrow(new RegExp(`${file}:2:1: listen: "nope" is not HOST:PORT`));
+    await writeFile(file, 'store: [1, 2\n');
+    expect(() => resolveConfig({ file })).toThrow(ConfigError);
+    expect(() => resolveConfig({ file: join(dir, 'missing.yaml') })).toThrow(/cannot read config file/);
+  });
+
+  it('names the variable or flag of a bad value', () => {
+    expect(() => resolveConfig({ env: { FENCEGATE_CONTROL: 'x' } })).toThrow(/environment FENCEGATE_CONTROL/);
+    expect(() => resolveConfig({ flags: { allowVolatileRedis: 'maybe' } })).toThrow(/--allow-volatile-redis/);
+  });
+
+  it.each([
+    ['127.0.0.1:0', { host: '127.0.0.1', port: 0 }],
+    [':8080', { host: '127.0.0.1', port: 8080 }],
+    ['[::1]:9', { host: '::1', port: 9 }],
+    ['localhost:65535', { host: 'localhost', port: 65535 }],
+  ])('parses %s', (s, v) => expect(parseHostPort(s, 'x')).toEqual(v));
+
+  it.each(['8080', 'host:', 'host:65536', '::1:80', 'a:b'])('refuses %s', (s) => {
+    expect(() => parseHostPort(s, 'x')).toThrow(ConfigError);
+  });
+});
+
+describe('lock keys', () => {
+  it.each(['order:42', 'a', 'k'.repeat(256), 'ключ', '{tag}', 'a/b c'])('accepts %j', (k) => {
+    expect(checkLockKey(k).ok).toBe(true);
+  });
+  it.each(['', 'k'.repeat(257), 'a\nb', 'a\u0000', 'a\u007f', '\ud800', 'é'.repeat(129), 'bad\ufffd'])(
+    'refuses %j',
+    (k) => expect(checkLockKey(k).ok).toBe(false),
+  );
+});
