@@ -1,0 +1,128 @@
+/**
+ * Connecting to Redis so that failures are fast and visible: no offline queue (a command
+ * sent while disconnected fails at once instead of waiting), a command timeout, no
+ * automatic re-sending of commands whose reply was lost (a re-sent acquire could grant
+ * twice), and reconnection in the background forever.
+ */
+import { Redis, type RedisOptions } from 'ioredis';
+import { StoreUnavailableError } from '../../errors.js';
+
+export const COMMAND_TIMEOUT_MS = 2000;
+export const CONNECT_TIMEOUT_MS = 2000;
+/** open() gives up after this long even if the socket neither connects nor fails. */
+export const OPEN_DEADLINE_MS = 4000;
+
+export const CLIENT_OPTIONS: RedisOptions = {
+  lazyConnect: true,
+  enableOfflineQueue: false,
+  maxRetriesPerRequest: 1,
+  autoResendUnfulfilledCommands: false,
+  commandTimeout: COMMAND_TIMEOUT_MS,
+  connectTimeout: CONNECT_TIMEOUT_MS,
+  retryStrategy: (times: number) => Math.min(50 * times, 1000),
+};
+
+/** A client plus the last connection-level error it reported (for messages). */
+export interface Connection {
+  client: Redis;
+  /** Redacted URL, safe to print. */
+  where: string;
+  lastError(): Error | null;
+}
+
+/** The URL with any password replaced by `***`. */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return '<unparseable redis url>';
+  }
+}
+
+function errorCode(err: unknown): string | null {
+  if (typeof err === 'object' && err !== null && 'code' in err) {
+    const code = (err as { code: unknown }).code;
+    if (typeof code === 'string' && code.length > 0) return code;
+  }
+  return null;
+}
+
+/**
+ * A short cause, from err.code, err.name and the client's status (never from message
+ * text): ioredis reports a refused command (not connected, offline queue off) and a
+ * command timeout as plain Errors.
+ */
+export function describeError(err: unknown, status?: string): string {
+  const code = errorCode(err);
+  if (code !== null) return code;
+  if (err instanceof Error) {
+    switch (err.name) {
+      case 'ReplyError':
+        return 'error reply from Redis';
+      case 'MaxRetriesPerRequestError':
+        return 'no connection after retries';
+      case 'AbortError':
+        return 'command aborted by a lost connection';
+    }
+  }
+  if (status !== undefined && status !== 'ready') return `not connected (${status})`;
+  return `no reply within ${COMMAND_TIMEOUT_MS} ms`;
+}
+
+/** Wraps any failure of a Redis call as StoreUnavailableError (one line, with cause). */
+export function unavailable(conn: Connection, op: string, err: unknown): StoreUnavailableError {
+  if (err instanceof StoreUnavailableError) return err;
+  const last = conn.lastError();
+  const lastCode = last === null ? null : errorCode(last);
+  const why = describeError(err, conn.client.status);
+  const extra = lastCode !== null && lastCode !== why ? `; last connection error ${lastCode}` : '';
+  return new StoreUnavailableError(`redis store unavailable (${op} at ${conn.where}): ${why}${extra}`, {
+    cause: err,
+  });
+}
+
+/** Builds a client (not yet connected) that records its connection errors. */
+export function createConnection(url: string, overrides: RedisOptions = {}): Connection {
+  return track(new Redis(url, { ...CLIENT_OPTIONS, ...overrides }), redactUrl(url));
+}
+
+/** A second connection with the same options (e.g. the pub/sub subscriber), not yet connected. */
+export function duplicateConnection(conn: Connection, overrides: RedisOptions = {}): Connection {
+  return track(conn.client.duplicate({ ...overrides, lazyConnect: true }), conn.where);
+}
+
+function track(client: Redis, where: string): Connection {
+  let last: Error | null = null;
+  client.on('error', (err: Error) => {
+    last = err;
+  });
+  client.on('ready', () => {
+    last = null;
+  });
+  return { client, where, lastError: () => last };
+}
+
+/**
+ * Connects, or rejects with a one-line StoreUnavailableError within OPEN_DEADLINE_MS
+ * (the client is then disconnected: nothing keeps retrying behind the caller's back).
+ */
+export async function connect(conn: Connection, deadlineMs = OPEN_DEADLINE_MS): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error('deadline')), deadlineMs);
+  });
+  try {
+    await Promise.race([conn.client.connect(), deadline]);
+  } catch (err) {
+    conn.client.disconnect();
+    const last = conn.lastError();
+    const why = last !== null ? describeError(last) : `no answer within ${deadlineMs} ms`;
+    throw new StoreUnavailableError(`cannot connect to redis at ${conn.where}: ${why}`, {
+      cause: last ?? err,
+    });
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,94 @@
+/**
+ * Redis key layout. Every key of one lock carries the same hash tag, so one script can
+ * touch them all in Redis Cluster:
+ *
+ *   <prefix>:{<tag>}:ctr       hash    issued, floor           (token strings)
+ *   <prefix>:{<tag>}:lease     hash    leaseId, owner, token, expiresAt, ttlMs
+ *   <prefix>:{<tag>}:fence     string  highest admitted token
+ *   <prefix>:{<tag>}:inflight  zset    requestId -> deadline ms
+ *   <prefix>:{<tag>}:inftok    hash    requestId -> token
+ *   <prefix>:{<tag>}:waitq     zset    waiterId -> FIFO position
+ *   <prefix>:{<tag>}:waitdl    hash    waiterId -> deadline ms
+ *   <prefix>:{<tag>}:req:<h>   hash    idempotency record, h = sha256(owner, requestId)
+ *   <prefix>:{<tag>}:ch        pub/sub channel (not a key)
+ *   <prefix>:epoch             hash    id, floor               (global, not tagged)
+ *
+ * The tag is the lock key with `%`, `{` and `}` percent-escaped: readable for operators
+ * (`fg:{order:42}:lease`), reversible, and free of braces, so a key such as `a}b{c`
+ * cannot end the tag early or move the key to another slot.
+ */
+import { createHash } from 'node:crypto';
+
+export interface LockKeys {
+  ctr: string;
+  lease: string;
+  fence: string;
+  inflight: string;
+  inftok: string;
+  waitq: string;
+  waitdl: string;
+  channel: string;
+  /** Idempotency record for (owner, requestId). */
+  req(owner: string, requestId: string): string;
+}
+
+const ESCAPES: Record<string, string> = { '%': '%25', '{': '%7B', '}': '%7D' };
+const UNESCAPES: Record<string, string> = { '%25': '%', '%7B': '{', '%7D': '}' };
+
+/** Encodes a lock key as a brace-free hash tag. */
+export function encodeTag(key: string): string {
+  return key.replace(/[%{}]/g, (c) => ESCAPES[c] ?? c);
+}
+
+/** Inverse of encodeTag. */
+export function decodeTag(tag: string): string {
+  return tag.replace(/%(25|7B|7D)/g, (m) => UNESCAPES[m] ?? m);
+}
+
+/**
+ * A namespace is used verbatim as the key prefix. It must not contain braces (they
+ * would become the hash tag) nor glob characters (listLocks scans `<prefix>:{*}:lease`).
+ */
+export function validateNamespace(ns: string): string | null {
+  if (ns.length === 0 || ns.length > 64) return 'namespace must be 1-64 characters';
+  if (!/^[A-Za-z0-9_.:-]+$/.test(ns)) return 'namespace may only contain A-Z a-z 0-9 _ . : -';
+  return null;
+}
+
+export function lockKeys(prefix: string, key: string): LockKeys {
+  const base = `${prefix}:{${encodeTag(key)}}`;
+  return {
+    ctr: `${base}:ctr`,
+    lease: `${base}:lease`,
+    fence: `${base}:fence`,
+    inflight: `${base}:inflight`,
+    inftok: `${base}:inftok`,
+    waitq: `${base}:waitq`,
+    waitdl: `${base}:waitdl`,
+    channel: `${base}:ch`,
+    req(owner: string, requestId: string): string {
+      const h = createHash('sha256').update(owner).update('\0').update(requestId).digest('base64url');
+      return `${base}:req:${h}`;
+    },
+  };
+}
+
+export function epochKey(prefix: string): string {
+  return `${prefix}:epoch`;
+}
+
+/** SCAN patterns for keys that may have a live lease or live waiters. */
+export function scanPatterns(prefix: string): string[] {
+  return [`${prefix}:{*}:lease`, `${prefix}:{*}:waitq`];
+}
+
+/** The lock key of a `<prefix>:{tag}:lease|waitq` key, or null for anything else. */
+export function lockKeyOf(prefix: string, redisKey: string): string | null {
+  const head = `${prefix}:{`;
+  if (!redisKey.startsWith(head)) return null;
+  const close = redisKey.indexOf('}', head.length);
+  if (close < 0) return null;
+  const rest = redisKey.slice(close + 1);
+  if (rest !== ':lease' && rest !== ':waitq') return null;
+  return decodeTag(redisKey.slice(head.length, close));
+}

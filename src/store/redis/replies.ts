@@ -1,0 +1,134 @@
+/**
+ * Parsing of script replies. Scripts return arrays of strings (tokens as canonical
+ * decimal strings, times as integral ms strings); anything else means the store is not
+ * what we think it is, and is reported as StoreUnavailableError.
+ */
+import { StoreUnavailableError } from '../../errors.js';
+import { parseToken, type FencingToken } from '../../tokens.js';
+import type { AcquireResult, AdmitResult, InflightState, Lease, LockState, RenewResult } from '../types.js';
+
+export class ReplyReader {
+  private readonly items: readonly unknown[];
+
+  constructor(
+    reply: unknown,
+    private readonly op: string,
+  ) {
+    if (!Array.isArray(reply)) throw this.bad(`expected an array, got ${typeof reply}`);
+    this.items = reply;
+  }
+
+  get length(): number {
+    return this.items.length;
+  }
+
+  bad(what: string): StoreUnavailableError {
+    return new StoreUnavailableError(`unexpected reply from redis script ${this.op}: ${what}`);
+  }
+
+  str(i: number): string {
+    const v = this.items[i];
+    if (typeof v !== 'string') throw this.bad(`element ${i} is not a string`);
+    return v;
+  }
+
+  /** '' -> null. */
+  optStr(i: number): string | null {
+    const v = this.str(i);
+    return v === '' ? null : v;
+  }
+
+  int(i: number): number {
+    const s = this.str(i);
+    if (!/^-?[0-9]+$/.test(s)) throw this.bad(`element ${i} is not an integer`);
+    return Number(s);
+  }
+
+  token(i: number): FencingToken {
+    const p = parseToken(this.str(i));
+    if (!p.ok) throw this.bad(`element ${i} is not a token (${p.reason})`);
+    return p.token;
+  }
+
+  optToken(i: number): FencingToken | null {
+    return this.str(i) === '' ? null : this.token(i);
+  }
+
+  flag(i: number): boolean {
+    return this.str(i) === '1';
+  }
+}
+
+/** 'exhausted' when the token space of the key is used up. */
+export function parseAcquire(reply: unknown, key: string): AcquireResult | 'exhausted' {
+  const r = new ReplyReader(reply, 'fg_acquire_v1');
+  const status = r.str(0);
+  if (status === 'held') return { ok: false, reason: 'held', retryAfterMs: Math.max(1, r.int(1)) };
+  if (status === 'exhausted') return 'exhausted';
+  if (status !== 'ok') throw r.bad(`status ${status}`);
+  const lease: Lease = {
+    key,
+    leaseId: r.str(1),
+    owner: r.str(2),
+    token: r.token(3),
+    expiresAt: r.int(4),
+    ttlMs: r.int(5),
+  };
+  return { ok: true, lease, replayed: r.flag(6), tookOverExpired: r.flag(7) };
+}
+
+export function parseRenew(reply: unknown, key: string, leaseId: string): RenewResult {
+  const r = new ReplyReader(reply, 'fg_renew_v1');
+  const status = r.str(0);
+  if (status === 'lost') return { ok: false, reason: 'lease-lost' };
+  if (status !== 'ok') throw r.bad(`status ${status}`);
+  return {
+    ok: true,
+    lease: { key, leaseId, owner: r.str(1), token: r.token(2), expiresAt: r.int(3), ttlMs: r.int(4) },
+  };
+}
+
+export function parseInspect(reply: unknown, key: string): LockState | null {
+  if (reply === null) return null;
+  const r = new ReplyReader(reply, 'fg_inspect_v1');
+  const issued = r.token(0);
+  const held = r.flag(1);
+  return {
+    key,
+    held,
+    owner: held ? r.str(2) : null,
+    leaseId: held ? r.str(3) : null,
+    token: held ? r.token(4) : issued,
+    issued,
+    expiresAt: held ? r.int(5) : null,
+    waiters: r.int(6),
+    highest: r.optToken(7),
+  };
+}
+
+export function parseAdmit(reply: unknown): AdmitResult {
+  const r = new ReplyReader(reply, 'fg_admit_v1');
+  const status = r.str(0);
+  switch (status) {
+    case 'ok':
+      return { ok: true, highest: r.token(1), lowerInflight: r.int(2) };
+    case 'stale':
+    case 'forged':
+    case 'lease-expired':
+      return { ok: false, reason: status, highest: r.optToken(1) };
+    default:
+      throw r.bad(`status ${status}`);
+  }
+}
+
+export function parseInflight(reply: unknown): InflightState {
+  const r = new ReplyReader(reply, 'fg_lower_inflight_v1');
+  const next = r.optStr(1);
+  return { count: r.int(0), nextDeadline: next === null ? null : r.int(1), now: r.int(2) };
+}
+
+export function parseEpoch(reply: unknown, op: string): { id: string; floor: FencingToken } {
+  const r = new ReplyReader(reply, op);
+  // A floor has the shape of a token (clock ms * 1000, never 0).
+  return { id: r.str(0), floor: r.token(1) };
+}

@@ -1,0 +1,106 @@
+/**
+ * The Lua scripts, one file per atomic operation in ./scripts/, registered once per
+ * client with defineCommand under versioned names (a changed script gets a new name, so
+ * processes of two versions sharing one Redis never run each other's code by accident).
+ * ioredis sends EVALSHA and falls back to EVAL on NOSCRIPT (e.g. after a Redis restart).
+ *
+ * Each script is lib.lua (token-string arithmetic, clock, queue helpers) followed by the
+ * script's own file. The files are read relative to this module, so the same code works
+ * from src/ (tests) and dist/ (the build copies .lua files).
+ */
+import { readFileSync } from 'node:fs';
+import type { Redis } from 'ioredis';
+
+/** Script name -> [file, number of KEYS]. */
+export const SCRIPTS = {
+  fg_acquire_v1: ['acquire.lua', 5],
+  fg_renew_v1: ['renew.lua', 1],
+  fg_release_v1: ['release.lua', 1],
+  fg_enqueue_waiter_v1: ['enqueue_waiter.lua', 2],
+  fg_remove_waiter_v1: ['remove_waiter.lua', 2],
+  fg_inspect_v1: ['inspect.lua', 5],
+  fg_admit_v1: ['admit.lua', 5],
+  fg_finish_v1: ['finish.lua', 2],
+  fg_lower_inflight_v1: ['lower_inflight.lua', 2],
+  fg_epoch_init_v1: ['epoch_init.lua', 1],
+  fg_epoch_bump_v1: ['epoch_bump.lua', 1],
+} as const satisfies Record<string, readonly [string, number]>;
+
+export type ScriptName = keyof typeof SCRIPTS;
+
+/** The registered commands, typed: KEYS first, then ARGV, all strings; replies unparsed. */
+export interface FencegateCommands {
+  fg_acquire_v1(
+    ctr: string,
+    lease: string,
+    waitq: string,
+    waitdl: string,
+    req: string,
+    globalFloor: string,
+    leaseId: string,
+    owner: string,
+    ttlMs: string,
+    waiterId: string,
+    reqTtlMs: string,
+  ): Promise<unknown>;
+  fg_renew_v1(lease: string, leaseId: string, ttlMs: string): Promise<unknown>;
+  fg_release_v1(lease: string, leaseId: string, channel: string): Promise<unknown>;
+  fg_enqueue_waiter_v1(waitq: string, waitdl: string, waiterId: string, waitMs: string): Promise<unknown>;
+  fg_remove_waiter_v1(waitq: string, waitdl: string, waiterId: string, channel: string): Promise<unknown>;
+  fg_inspect_v1(ctr: string, lease: string, waitq: string, waitdl: string, fence: string): Promise<unknown>;
+  fg_admit_v1(
+    ctr: string,
+    lease: string,
+    fence: string,
+    inflight: string,
+    inftok: string,
+    globalFloor: string,
+    token: string,
+    check: string,
+    requestId: string,
+    inflightTtlMs: string,
+    record: string,
+  ): Promise<unknown>;
+  fg_finish_v1(inflight: string, inftok: string, requestId: string, channel: string): Promise<unknown>;
+  fg_lower_inflight_v1(inflight: string, inftok: string, token: string): Promise<unknown>;
+  fg_epoch_init_v1(epoch: string, newId: string): Promise<unknown>;
+  fg_epoch_bump_v1(epoch: string, newId: string): Promise<unknown>;
+}
+
+export type FencegateRedis = Redis & FencegateCommands;
+
+function readScript(file: string): string {
+  return readFileSync(new URL(`./scripts/${file}`, import.meta.url), 'utf8');
+}
+
+let cache: Map<ScriptName, string> | null = null;
+
+/** lib.lua + the script's file: the exact text sent to Redis. */
+export function scriptSource(name: ScriptName): string {
+  if (cache === null) {
+    const lib = readScript('lib.lua');
+    cache = new Map();
+    for (const [n, [file]] of Object.entries(SCRIPTS) as [ScriptName, readonly [string, number]][]) {
+      cache.set(n, `${lib}\n${readScript(file)}`);
+    }
+  }
+  const src = cache.get(name);
+  if (src === undefined) throw new Error(`unknown script ${name}`);
+  return src;
+}
+
+/** The helper library alone, for tests that exercise its functions through EVAL. */
+export function libSource(): string {
+  return readScript('lib.lua');
+}
+
+/** Registers every script on the client (idempotent per client). */
+export function defineScripts(client: Redis): FencegateRedis {
+  for (const [name, [, numberOfKeys]] of Object.entries(SCRIPTS) as [
+    ScriptName,
+    readonly [string, number],
+  ][]) {
+    client.defineCommand(name, { numberOfKeys, lua: scriptSource(name) });
+  }
+  return client as FencegateRedis;
+}

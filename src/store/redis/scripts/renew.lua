@@ -1,0 +1,23 @@
+-- fg_renew_v1: extends the current live lease. A lease that expired (by the store clock)
+-- or was replaced is never resurrected.
+--
+-- KEYS[1] lease   hash    leaseId, owner, token, expiresAt (ms), ttlMs
+-- ARGV[1] leaseId         the lease to renew
+-- ARGV[2] ttlMs           new time to live, from now
+--
+-- Returns (strings):
+--   {'ok', owner, token, expiresAt, ttlMs}
+--   {'lost'}   no lease, another lease, or this lease already expired
+local leaseKey = KEYS[1]
+local leaseId, ttlMs = ARGV[1], ARGV[2]
+
+local now = fg_now()
+local cur = redis.call('HMGET', leaseKey, 'leaseId', 'owner', 'token', 'expiresAt')
+local exp = tonumber(cur[4])
+if cur[1] ~= leaseId or not exp or exp <= now then
+  return { 'lost' }
+end
+
+local expiresAt = fg_int(now + tonumber(ttlMs))
+redis.call('HSET', leaseKey, 'expiresAt', expiresAt, 'ttlMs', ttlMs)
+return { 'ok', cur[2], cur[3], expiresAt, ttlMs }

@@ -1,0 +1,278 @@
+/**
+ * The Redis backend of Store. Every state change is one Lua script (./scripts/), atomic
+ * on the lock's keys, which share one hash tag (./keys.ts). Tokens travel as decimal
+ * strings end to end (docs/adr/0001-tokens-as-strings-in-lua.md); times come from the
+ * Redis clock inside the scripts. See docs/stores-redis.md.
+ */
+import { randomUUID } from 'node:crypto';
+import { StoreUnavailableError } from '../../errors.js';
+import { formatToken, parseToken, type FencingToken } from '../../tokens.js';
+import type {
+  AcquireRequest,
+  AcquireResult,
+  AdmitRequest,
+  AdmitResult,
+  InflightState,
+  LockState,
+  ReleaseResult,
+  RenewResult,
+  Store,
+  StoreHealth,
+  StoreOptions,
+} from '../types.js';
+import { type Connection, connect, createConnection, unavailable } from './connection.js';
+import { type Durability, checkDurability } from './durability.js';
+import { epochKey, lockKeyOf, lockKeys, scanPatterns, validateNamespace, type LockKeys } from './keys.js';
+import { parseAcquire, parseAdmit, parseEpoch, parseInflight, parseInspect, parseRenew } from './replies.js';
+import { defineScripts, type FencegateRedis } from './scripts.js';
+import { Watcher } from './watch.js';
+
+/** Idempotency records live at least this long (and at least the lease TTL). */
+export const MIN_IDEMPOTENCY_MS = 10 * 60 * 1000;
+/** listLocks examines at most this many SCAN pages per pattern (COUNT SCAN_COUNT each). */
+const MAX_SCAN_PAGES = 200;
+const SCAN_COUNT = 500;
+
+type Epoch = { id: string; floor: FencingToken };
+
+/** A positive integer number of milliseconds, as a string for ARGV. */
+function ms(name: string, value: number): string {
+  if (!Number.isFinite(value) || value <= 0) throw new RangeError(`${name} must be a positive number`);
+  return String(Math.ceil(value));
+}
+
+class RedisStore implements Store {
+  readonly kind = 'redis' as const;
+  private readonly watcher: Watcher;
+  private readonly epochKey: string;
+  private closed = false;
+
+  constructor(
+    private readonly conn: Connection,
+    private readonly redis: FencegateRedis,
+    private readonly prefix: string,
+    private readonly durability: Durability,
+  ) {
+    this.watcher = new Watcher(conn);
+    this.epochKey = epochKey(prefix);
+  }
+
+  private keys(key: string): LockKeys {
+    return lockKeys(this.prefix, key);
+  }
+
+  private async run<T>(op: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (err) {
+      throw unavailable(this.conn, op, err);
+    }
+  }
+
+  /** The global epoch; recreated (new floor from the clock) if Redis lost it. */
+  async currentEpoch(): Promise<Epoch> {
+    const [id, floor] = await this.redis.hmget(this.epochKey, 'id', 'floor');
+    if (id && floor) {
+      const p = parseToken(floor);
+      if (p.ok) return { id, floor: p.token };
+    }
+    return parseEpoch(await this.redis.fg_epoch_init_v1(this.epochKey, randomUUID()), 'fg_epoch_init_v1');
+  }
+
+  async tryAcquire(req: AcquireRequest): Promise<AcquireResult> {
+    const ttl = ms('ttlMs', req.ttlMs);
+    const k = this.keys(req.key);
+    const withReq = req.requestId !== undefined;
+    const reqKey = k.req(req.owner, req.requestId ?? '');
+    const reqTtl = withReq ? String(Math.max(Number(ttl), MIN_IDEMPOTENCY_MS)) : '';
+    const result = await this.run('acquire', async () => {
+      const epoch = await this.currentEpoch();
+      const reply = await this.redis.fg_acquire_v1(
+        k.ctr,
+        k.lease,
+        k.waitq,
+        k.waitdl,
+        reqKey,
+        formatToken(epoch.floor),
+        randomUUID(),
+        req.owner,
+        ttl,
+        req.waiterId ?? '',
+        reqTtl,
+      );
+      return parseAcquire(reply, req.key);
+    });
+    if (result === 'exhausted') {
+      throw new StoreUnavailableError(`token space exhausted for lock "${req.key}" (next token > 2^63-1)`);
+    }
+    return result;
+  }
+
+  async renew(key: string, leaseId: string, ttlMs: number): Promise<RenewResult> {
+    const ttl = ms('ttlMs', ttlMs);
+    return this.run('renew', async () =>
+      parseRenew(await this.redis.fg_renew_v1(this.keys(key).lease, leaseId, ttl), key, leaseId),
+    );
+  }
+
+  async release(key: string, leaseId: string): Promise<ReleaseResult> {
+    const k = this.keys(key);
+    const reply = await this.run('release', () => this.redis.fg_release_v1(k.lease, leaseId, k.channel));
+    return reply === 'ok' ? { ok: true } : { ok: false, reason: 'not-owner' };
+  }
+
+  async inspect(key: string): Promise<LockState | null> {
+    const k = this.keys(key);
+    return this.run('inspect', async () =>
+      parseInspect(await this.redis.fg_inspect_v1(k.ctr, k.lease, k.waitq, k.waitdl, k.fence), key),
+    );
+  }
+
+  async enqueueWaiter(key: string, waiterId: string, waitMs: number): Promise<void> {
+    const k = this.keys(key);
+    const wait = ms('waitMs', waitMs);
+    await this.run('enqueueWaiter', () => this.redis.fg_enqueue_waiter_v1(k.waitq, k.waitdl, waiterId, wait));
+  }
+
+  async removeWaiter(key: string, waiterId: string): Promise<void> {
+    const k = this.keys(key);
+    await this.run('removeWaiter', () =>
+      this.redis.fg_remove_waiter_v1(k.waitq, k.waitdl, waiterId, k.channel),
+    );
+  }
+
+  /**
+   * SCANs `<prefix>:{*}:lease` and `:waitq` (at most MAX_SCAN_PAGES pages each, so the
+   * cost is bounded on a large Redis), then inspects candidates in key order until
+   * `limit` locks with a live lease or live waiters are found.
+   */
+  async listLocks(limit: number): Promise<LockState[]> {
+    if (!(limit > 0)) return [];
+    return this.run('listLocks', async () => {
+      const candidates = new Set<string>();
+      for (const pattern of scanPatterns(this.prefix)) {
+        let cursor = '0';
+        let pages = 0;
+        do {
+          const [next, found] = await this.redis.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT);
+          for (const redisKey of found) {
+            const lock = lockKeyOf(this.prefix, redisKey);
+            if (lock !== null) candidates.add(lock);
+          }
+          cursor = next;
+          pages += 1;
+        } while (cursor !== '0' && pages < MAX_SCAN_PAGES);
+      }
+      const sorted = [...candidates].sort();
+      const out: LockState[] = [];
+      const batch = 50;
+      for (let i = 0; i < sorted.length && out.length < limit; i += batch) {
+        const states = await Promise.all(sorted.slice(i, i + batch).map((key) => this.inspect(key)));
+        for (const s of states) {
+          if (s !== null && (s.held || s.waiters > 0) && out.length < limit) out.push(s);
+        }
+      }
+      return out;
+    });
+  }
+
+  async admit(req: AdmitRequest): Promise<AdmitResult> {
+    const k = this.keys(req.lock);
+    const token = formatToken(req.token);
+    const ttl = ms('inflightTtlMs', req.inflightTtlMs);
+    return this.run('admit', async () => {
+      const epoch = await this.currentEpoch();
+      const reply = await this.redis.fg_admit_v1(
+        k.ctr,
+        k.lease,
+        k.fence,
+        k.inflight,
+        k.inftok,
+        formatToken(epoch.floor),
+        token,
+        req.check,
+        req.requestId,
+        ttl,
+        req.record ? '1' : '0',
+      );
+      return parseAdmit(reply);
+    });
+  }
+
+  async finish(lock: string, requestId: string): Promise<void> {
+    const k = this.keys(lock);
+    await this.run('finish', () => this.redis.fg_finish_v1(k.inflight, k.inftok, requestId, k.channel));
+  }
+
+  async lowerInflight(lock: string, token: FencingToken): Promise<InflightState> {
+    const k = this.keys(lock);
+    const t = formatToken(token);
+    return this.run('lowerInflight', async () =>
+      parseInflight(await this.redis.fg_lower_inflight_v1(k.inflight, k.inftok, t)),
+    );
+  }
+
+  async watch(key: string, listener: () => void): Promise<() => void> {
+    return this.watcher.watch(this.keys(key).channel, listener);
+  }
+
+  async bumpEpoch(): Promise<Epoch> {
+    return this.run('bumpEpoch', async () =>
+      parseEpoch(await this.redis.fg_epoch_bump_v1(this.epochKey, randomUUID()), 'fg_epoch_bump_v1'),
+    );
+  }
+
+  async now(): Promise<number> {
+    return this.run('now', async () => {
+      const [sec, usec] = await this.redis.time();
+      return Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
+    });
+  }
+
+  async health(): Promise<StoreHealth> {
+    try {
+      const [id, floor] = await this.redis.hmget(this.epochKey, 'id', 'floor');
+      const p = floor == null ? null : parseToken(floor);
+      const epoch = id != null && p !== null && p.ok ? { id, floor: p.token } : null;
+      return { ok: true, kind: 'redis', detail: `${this.conn.where}; ${this.durability.detail}`, epoch };
+    } catch (err) {
+      return { ok: false, kind: 'redis', detail: unavailable(this.conn, 'health', err).message, epoch: null };
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.watcher.close();
+    try {
+      await this.conn.client.quit();
+    } catch {
+      this.conn.client.disconnect();
+    }
+  }
+}
+
+/**
+ * Opens the Redis store at `url` (redis:// or rediss://). Rejects with a one-line
+ * StoreUnavailableError within a few seconds when Redis cannot be reached, and with
+ * RedisDurabilityError when Redis lacks AOF `appendfsync always` (unless
+ * opts.allowVolatileRedis). Creates the global epoch record when it is missing.
+ */
+export async function openRedisStore(url: string, opts: StoreOptions = {}): Promise<Store> {
+  const prefix = opts.namespace ?? 'fg';
+  const bad = validateNamespace(prefix);
+  if (bad !== null) throw new RangeError(`invalid redis namespace "${prefix}": ${bad}`);
+  const conn = createConnection(url, { connectionName: 'fencegate' });
+  await connect(conn);
+  try {
+    const durability = await checkDurability(conn, opts.allowVolatileRedis === true);
+    const store = new RedisStore(conn, defineScripts(conn.client), prefix, durability);
+    await store.currentEpoch().catch((err: unknown) => {
+      throw unavailable(conn, 'open', err);
+    });
+    return store;
+  } catch (err) {
+    conn.client.disconnect();
+    throw err;
+  }
+}
