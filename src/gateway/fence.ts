@@ -1,0 +1,145 @@
+/**
+ * The fencing preHandler: runs on headers only (the body is still an unread stream),
+ * decides, and either refuses (problem reply, not forwarded), or lets the request
+ * through to the proxy — after the drain barrier when lower-token writes are still
+ * in flight. In shadow mode (enforce: false) every refusal is counted and recorded
+ * but the request goes through, and the store is not changed.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import { ProblemError } from '../errors.js';
+import type { EventLog } from '../observe/events.js';
+import type { FencedReason, Metrics } from '../observe/metrics.js';
+import type { FencingSettings } from '../policy/index.js';
+import type { FencingToken } from '../tokens.js';
+import type { GatewayRequestState } from './context.js';
+import { awaitDrain, type DrainOutcome } from './drain.js';
+import { InflightEntry } from './inflight.js';
+import { sendProblem } from './problems.js';
+import type { StoreGuard } from './store-guard.js';
+import { decide, fenceUnavailable } from './verdict.js';
+
+export interface FenceOptions {
+  guard: StoreGuard;
+  metrics: Metrics;
+  events: EventLog;
+}
+
+interface Refusal {
+  problem: ProblemError;
+  reason: FencedReason;
+  lock: string;
+  token: FencingToken | null;
+  highest: FencingToken | null;
+}
+
+async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
+  const { guard, metrics, events } = opts;
+
+  function record(request: FastifyRequest, state: GatewayRequestState, r: Refusal, enforced: boolean): void {
+    const route = state.match.route.name;
+    metrics.fencedWrites.inc({ route, reason: r.reason, enforced: String(enforced) });
+    events.record({
+      time: new Date().toISOString(),
+      route,
+      lock: r.lock,
+      token: r.token === null ? null : r.token.toString(10),
+      highest: r.highest === null ? null : r.highest.toString(10),
+      reason: r.reason,
+      enforced,
+      client: request.ip,
+      owner: null,
+      method: request.method,
+      path: state.path,
+    });
+  }
+
+  /** Waits at the drain barrier: null when cleared, else the 503 to answer with. */
+  async function passBarrier(
+    lock: string,
+    token: FencingToken,
+    fencing: FencingSettings,
+    signal: AbortSignal,
+  ): Promise<ProblemError | null> {
+    const started = performance.now();
+    let outcome: DrainOutcome | ProblemError;
+    try {
+      outcome = await awaitDrain(guard, lock, token, fencing.drainTimeoutMs, signal);
+    } catch (err) {
+      outcome = fenceUnavailable(err, lock);
+    }
+    const label = outcome instanceof ProblemError ? 'error' : outcome;
+    metrics.drainWaitSeconds.observe({ outcome: label }, (performance.now() - started) / 1000);
+    if (outcome === 'cleared') return null;
+    if (outcome instanceof ProblemError) return outcome;
+    const detail =
+      outcome === 'aborted'
+        ? 'the client went away at the drain barrier'
+        : `lower-token writes for lock "${lock}" still in flight after ${fencing.drainTimeoutMs} ms`;
+    return new ProblemError(
+      'fence-unavailable',
+      detail,
+      { lock, token },
+      { headers: { 'retry-after': '1' } },
+    );
+  }
+
+  app.addHook('preHandler', async (request: FastifyRequest, reply: FastifyReply) => {
+    const state = request.fencegate;
+    if (state === null) return undefined;
+    const { route, params } = state.match;
+    const fencing: FencingSettings | null = route.fencing;
+    if (fencing === null) return undefined;
+
+    const gone = new AbortController();
+    let entry: InflightEntry | null = null;
+    reply.raw.once('close', () => {
+      gone.abort();
+      entry?.clientClosed();
+    });
+
+    const verdict = await decide({
+      route: { ...route, fencing },
+      params,
+      raw: request.raw,
+      requestId: request.id,
+      guard,
+    });
+
+    if (!verdict.ok) {
+      record(request, state, verdict, fencing.enforce);
+      if (fencing.enforce) return sendProblem(reply, verdict.problem);
+      state.fence = { mode: 'shadow-refused', lock: verdict.lock, token: verdict.token, entry: null };
+      return undefined;
+    }
+    const { lock, token } = verdict;
+    if (!fencing.enforce) {
+      metrics.admittedWrites.inc({ route: route.name });
+      state.fence = { mode: 'shadow-admitted', lock, token, entry: null };
+      return undefined;
+    }
+
+    entry = new InflightEntry(() => void guard.finish(lock, request.id));
+    if (gone.signal.aborted) entry.clientClosed(); // finished: the proxy will not forward it
+    if (verdict.lowerInflight > 0 && !entry.finished) {
+      const barrier = await passBarrier(lock, token, fencing, gone.signal);
+      if (barrier !== null) {
+        entry.finish();
+        // A client that went away gets no event; the reply goes nowhere but must not reach the proxy.
+        if (!gone.signal.aborted) {
+          record(request, state, { ...verdict, problem: barrier, reason: 'unavailable' }, true);
+        }
+        return sendProblem(reply, barrier);
+      }
+    }
+    metrics.admittedWrites.inc({ route: route.name });
+    state.fence = { mode: 'admitted', lock, token, entry };
+    return undefined;
+  });
+}
+
+export const fencePlugin = fp(fence, {
+  name: 'fencegate-fence',
+  fastify: '5.x',
+  dependencies: ['fencegate-routing'],
+});

@@ -1,0 +1,122 @@
+/**
+ * Forwarding with @fastify/http-proxy (reply-from over undici). One catch-all route;
+ * the target comes from the route matched per request. Bodies are never parsed or
+ * buffered: http-proxy's pass-through content parser hands the request stream to
+ * undici as is. Request headers are cleaned before the gateway adds its own.
+ */
+import httpProxy from '@fastify/http-proxy';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import type { IncomingHttpHeaders } from 'node:http';
+import { ProblemError } from '../errors.js';
+import { HTTP_METHODS } from '../policy/index.js';
+import type { GatewayRequestState } from './context.js';
+import {
+  FENCING_TOKEN,
+  forwardingHeaders,
+  stripRequestHeaders,
+  stripResponseHeaders,
+  type Headers,
+} from './headers.js';
+import { sendProblem } from './problems.js';
+import { upstreamProblem } from './upstream-errors.js';
+import type { ForwardScope, UpstreamPool } from './upstreams.js';
+
+export interface ForwardOptions {
+  pool: UpstreamPool;
+  trustProxy: boolean;
+}
+
+/** The request headers the upstream receives. */
+export function upstreamRequestHeaders(
+  request: FastifyRequest,
+  state: GatewayRequestState,
+  headers: Headers,
+  trustProxy: boolean,
+): Headers {
+  const fenced = state.match.route.lock !== null;
+  const out = stripRequestHeaders(headers, request.headers.connection, fenced ? [FENCING_TOKEN] : []);
+  Object.assign(
+    out,
+    forwardingHeaders({
+      peer: request.socket.remoteAddress ?? 'unknown',
+      proto: request.protocol,
+      host: request.headers.host,
+      trustProxy,
+      incomingXff: request.headers['x-forwarded-for'],
+      incomingForwarded: request.headers.forwarded,
+    }),
+  );
+  out['x-fencegate-request-id'] = request.id;
+  out['x-fencegate-route'] = state.match.route.name;
+  const fence = state.fence;
+  if (fence !== null) {
+    out['x-fencegate-fence'] = fence.mode;
+    // The lock that fenced this write, URL-encoded (keys are UTF-8, header values are not).
+    if (fence.lock !== null) out['x-fencegate-lock'] = encodeURIComponent(fence.lock);
+    if (fence.token !== null) out[FENCING_TOKEN] = fence.token.toString(10);
+  }
+  return out;
+}
+
+async function forward(app: FastifyInstance, opts: ForwardOptions): Promise<void> {
+  const { pool, trustProxy } = opts;
+
+  function handler(request: FastifyRequest, reply: FastifyReply): unknown {
+    const state = request.fencegate;
+    if (state === null) throw new Error('request reached the proxy without a route');
+    const { upstream } = state.match.route;
+    const entry = state.fence?.entry ?? null;
+    // An admitted write whose entry is already finished (the client left first) must not
+    // reach the upstream untracked: a higher token would no longer wait for it.
+    if (entry?.finished) {
+      throw new ProblemError('fence-unavailable', 'the client went away before the write was forwarded');
+    }
+    let clientLeft = false;
+    reply.raw.once('close', () => (clientLeft = !reply.raw.writableFinished));
+    const scope: ForwardScope = {
+      upstream,
+      started: () => entry?.forwarding(),
+      settled: () => entry?.upstreamSettled(),
+      clientGone: () => clientLeft,
+    };
+    return pool.run(scope, () =>
+      reply.from(upstream.basePath + state.path, {
+        getUpstream: () => upstream.origin,
+        rewriteRequestHeaders: (_req, headers) =>
+          upstreamRequestHeaders(request, state, headers as Headers, trustProxy) as IncomingHttpHeaders,
+        rewriteHeaders: (headers) => stripResponseHeaders(headers as Headers) as IncomingHttpHeaders,
+        retryDelay: () => null,
+        onError: (errReply, { error }) => {
+          request.log.warn({ err: error, upstream: upstream.name }, 'upstream request failed');
+          if (errReply.sent || reply.raw.destroyed) return;
+          sendProblem(
+            errReply as FastifyReply,
+            upstreamProblem(error, upstream.name, pool.retryAfterSeconds(upstream)),
+          );
+        },
+      }),
+    );
+  }
+
+  // No body is ever parsed: fastify's built-in text/plain parser would buffer (and cap) the
+  // body before the preHandler runs. http-proxy adds pass-through parsers for the rest.
+  app.removeAllContentTypeParsers();
+  await app.register(httpProxy, {
+    upstream: '',
+    httpMethods: [...HTTP_METHODS],
+    undici: pool.dispatcher as never,
+    disableCache: true,
+    disableRequestLogging: true,
+    internalRewriteLocationHeader: false,
+    retryMethods: [],
+    replyOptions: { getUpstream: (request) => request.fencegate?.match.route.upstream.origin ?? '' },
+    handler: (request, reply) => handler(request, reply),
+  });
+}
+
+export const forwardPlugin = fp(forward, {
+  name: 'fencegate-forward',
+  fastify: '5.x',
+  dependencies: ['fencegate-routing', 'fencegate-fence'],
+});

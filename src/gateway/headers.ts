@@ -1,0 +1,134 @@
+/**
+ * Header hygiene for the proxy. Order matters: hop-by-hop headers, headers named in
+ * `Connection`, and client-supplied copies of every header the gateway sets are
+ * removed first; only then does the gateway add its own. So `Connection:
+ * fencing-token` cannot strip the token the gateway forwards, and a client cannot
+ * forge `x-fencegate-*` or `forwarded` headers.
+ */
+import { parseToken, type FencingToken } from '../tokens.js';
+
+/** RFC 9110 §7.6.1 connection-specific fields, plus the de-facto Proxy-Connection. */
+export const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
+
+export const FENCING_TOKEN = 'fencing-token';
+export const GATEWAY_PREFIX = 'x-fencegate-';
+
+type HeaderValue = string | string[] | number | undefined;
+export type Headers = Record<string, HeaderValue>;
+
+/** Header names listed in a Connection header value (lower-cased, trimmed). */
+export function connectionTokens(value: HeaderValue): string[] {
+  if (value === undefined) return [];
+  const joined = Array.isArray(value) ? value.join(',') : String(value);
+  return joined
+    .split(',')
+    .map((t) => t.trim().toLowerCase())
+    .filter((t) => t.length > 0);
+}
+
+/** Every value of a header as the client sent it (Node joins repeats in `headers`; rawHeaders keeps them). */
+export function rawHeaderValues(rawHeaders: readonly string[], name: string): string[] {
+  const values: string[] = [];
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    if (rawHeaders[i]?.toLowerCase() === name) values.push(rawHeaders[i + 1] ?? '');
+  }
+  return values;
+}
+
+export type PresentedToken =
+  { kind: 'missing' } | { kind: 'malformed'; reason: string } | { kind: 'ok'; token: FencingToken };
+
+export function readFencingToken(rawHeaders: readonly string[]): PresentedToken {
+  const values = rawHeaderValues(rawHeaders, FENCING_TOKEN);
+  if (values.length === 0) return { kind: 'missing' };
+  if (values.length > 1)
+    return { kind: 'malformed', reason: `${values.length} Fencing-Token headers; send exactly one` };
+  const parsed = parseToken(values[0]);
+  return parsed.ok ? { kind: 'ok', token: parsed.token } : { kind: 'malformed', reason: parsed.reason };
+}
+
+/** Headers only the gateway may set towards the upstream. */
+export function isGatewayOwned(name: string): boolean {
+  return name.startsWith(GATEWAY_PREFIX) || name === 'forwarded' || name.startsWith('x-forwarded-');
+}
+
+/**
+ * Removes hop-by-hop headers, headers named in the client's `Connection` header,
+ * gateway-owned headers and any extra names (e.g. `fencing-token` on fenced routes).
+ * Returns a new object; the input is not changed.
+ */
+export function stripRequestHeaders(
+  headers: Headers,
+  connection: HeaderValue,
+  extra: readonly string[] = [],
+): Headers {
+  const drop = new Set([...connectionTokens(connection), ...extra]);
+  const out: Headers = {};
+  for (const [name, value] of Object.entries(headers)) {
+    const lower = name.toLowerCase();
+    if (value === undefined || HOP_BY_HOP.has(lower) || drop.has(lower) || isGatewayOwned(lower)) continue;
+    out[lower] = value;
+  }
+  return out;
+}
+
+/** Removes hop-by-hop headers and those the upstream named in its `Connection` header. */
+export function stripResponseHeaders<T extends Headers>(headers: T): T {
+  const drop = new Set(connectionTokens(headers.connection));
+  const out: Headers = {};
+  for (const [name, value] of Object.entries(headers)) {
+    const lower = name.toLowerCase();
+    if (value === undefined || HOP_BY_HOP.has(lower) || drop.has(lower)) continue;
+    out[name] = value;
+  }
+  return out as T;
+}
+
+export interface ForwardingInfo {
+  /** Address of the peer that connected to the gateway. */
+  peer: string;
+  /** "http" or "https", as the gateway determined it. */
+  proto: string;
+  /** Host the client asked for, if any. */
+  host: string | undefined;
+  /** With trustProxy, the incoming X-Forwarded-For / Forwarded chains are kept and extended. */
+  trustProxy: boolean;
+  incomingXff: HeaderValue;
+  incomingForwarded: HeaderValue;
+}
+
+/** X-Forwarded-* and RFC 7239 Forwarded headers for the upstream. */
+export function forwardingHeaders(info: ForwardingInfo): Record<string, string> {
+  const xff = info.trustProxy ? joinChain(info.incomingXff, info.peer) : info.peer;
+  const element = [
+    `for=${quote(info.peer.includes(':') ? `[${info.peer}]` : info.peer)}`,
+    `proto=${info.proto}`,
+  ];
+  if (info.host !== undefined) element.push(`host=${quote(info.host)}`);
+  const forwarded = info.trustProxy
+    ? joinChain(info.incomingForwarded, element.join(';'))
+    : element.join(';');
+  const out: Record<string, string> = { 'x-forwarded-for': xff, 'x-forwarded-proto': info.proto, forwarded };
+  if (info.host !== undefined) out['x-forwarded-host'] = info.host;
+  return out;
+}
+
+function joinChain(incoming: HeaderValue, next: string): string {
+  const prior =
+    incoming === undefined ? '' : Array.isArray(incoming) ? incoming.join(', ') : String(incoming);
+  return prior.trim().length > 0 ? `${prior}, ${next}` : next;
+}
+
+function quote(value: string): string {
+  return `"${value.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
+}

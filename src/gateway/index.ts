@@ -1,0 +1,3 @@
+/** The fencing gateway (data plane). */
+export { createGateway, type GatewayOptions } from './server.js';
+export type { StoreGuardOptions } from './store-guard.js';

@@ -1,0 +1,44 @@
+/**
+ * Route resolution, before anything else runs: requests that match no route are
+ * answered 404 no-route here and never reach the proxy. Matching uses the policy
+ * that is current when the request arrives, so reloads take effect for new requests.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import { ProblemError } from '../errors.js';
+import { splitRequestPath, type PolicyHolder } from '../policy/index.js';
+import './context.js';
+import { errorHandler, notFoundHandler, pathOf, sendProblem } from './problems.js';
+
+export interface RoutingOptions {
+  policy: PolicyHolder;
+}
+
+async function routing(app: FastifyInstance, opts: RoutingOptions): Promise<void> {
+  app.decorateRequest('fencegate', null);
+  app.setErrorHandler(errorHandler);
+  app.setNotFoundHandler(notFoundHandler);
+  app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
+    const { headers } = request;
+    // Node's parser already refuses this; kept so a lenient parser can never let a smuggling pair through.
+    if (headers['content-length'] !== undefined && headers['transfer-encoding'] !== undefined) {
+      reply.header('connection', 'close');
+      return sendProblem(
+        reply,
+        new ProblemError('bad-request', 'both Content-Length and Transfer-Encoding are set'),
+      );
+    }
+    const path = pathOf(request.raw.url ?? '/');
+    const split = splitRequestPath(path);
+    if (!split.ok) return sendProblem(reply, new ProblemError('bad-request', split.reason));
+    const policy = opts.policy.current;
+    const match = policy.match(request.method, split.segments);
+    if (match === null) {
+      return sendProblem(reply, new ProblemError('no-route', `no route for ${request.method} ${path}`));
+    }
+    request.fencegate = { policy, match, path, fence: null };
+    return undefined;
+  });
+}
+
+export const routingPlugin = fp(routing, { name: 'fencegate-routing', fastify: '5.x' });

@@ -1,0 +1,64 @@
+/**
+ * The data listener: a fastify instance (not yet listening) that routes by the
+ * current policy, fences writes, and proxies to upstreams. Plugins, in order:
+ * routing (404 no-route, request state) → fence (preHandler) → forward (proxy).
+ */
+import { randomUUID } from 'node:crypto';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { EventLog } from '../observe/events.js';
+import type { Metrics } from '../observe/metrics.js';
+import type { PolicyHolder } from '../policy/index.js';
+import type { Store } from '../store/types.js';
+import { fencePlugin } from './fence.js';
+import { forwardPlugin } from './forward.js';
+import { routingPlugin } from './routing.js';
+import { StoreGuard, type StoreGuardOptions } from './store-guard.js';
+import { UpstreamPool } from './upstreams.js';
+
+export interface GatewayOptions {
+  store: Store;
+  policy: PolicyHolder;
+  metrics: Metrics;
+  events: EventLog;
+  /** A pino-compatible logger; when absent, fastify's own logger at `logLevel` (default: off). */
+  logger?: FastifyBaseLogger;
+  logLevel?: string;
+  /** Trust X-Forwarded-* from the peer (the gateway runs behind a load balancer). Default false. */
+  trustProxy?: boolean;
+  /** Circuit breaker around store calls on the request path. */
+  storeBreaker?: StoreGuardOptions;
+}
+
+export async function createGateway(opts: GatewayOptions): Promise<FastifyInstance> {
+  const trustProxy = opts.trustProxy ?? false;
+  const loggerOption =
+    opts.logger !== undefined
+      ? { loggerInstance: opts.logger }
+      : {
+          logger:
+            opts.logLevel !== undefined && opts.logLevel !== 'silent' ? { level: opts.logLevel } : false,
+        };
+  const app = Fastify({
+    ...loggerOption,
+    trustProxy,
+    genReqId: () => randomUUID(),
+    requestIdHeader: false,
+    // Uploads stream through for as long as they take; upstream timeouts bound the wait for answers.
+    requestTimeout: 0,
+    return503OnClosing: true,
+  }) as unknown as FastifyInstance;
+
+  const guard = new StoreGuard(opts.store, opts.metrics, app.log, opts.storeBreaker);
+  const pool = new UpstreamPool(opts.metrics, app.log);
+  const unsubscribe = opts.policy.subscribe((policy) => pool.retain(policy));
+  app.addHook('onClose', async () => {
+    unsubscribe();
+    guard.shutdown();
+    await pool.close();
+  });
+
+  await app.register(routingPlugin, { policy: opts.policy });
+  await app.register(fencePlugin, { guard, metrics: opts.metrics, events: opts.events });
+  await app.register(forwardPlugin, { pool, trustProxy });
+  return app;
+}

@@ -1,0 +1,130 @@
+/**
+ * Store calls on the request path, behind an opossum circuit breaker: while the
+ * store is down, fenced writes fail fast with 503 fence-unavailable instead of each
+ * waiting for a timeout. Every failure is counted (fencegate_store_errors_total).
+ */
+import CircuitBreaker from 'opossum';
+import { ProblemError } from '../errors.js';
+import type { Metrics } from '../observe/metrics.js';
+import type { AdmitRequest, AdmitResult, Store } from '../store/types.js';
+
+export interface StoreGuardOptions {
+  /** A store call slower than this counts as a failure (the request gets 503). Default 2000 ms. */
+  timeoutMs?: number;
+  /** How long the breaker stays open before letting a trial call through. Default 5000 ms. */
+  resetTimeoutMs?: number;
+  /** Failure share (%) in the rolling window that opens the breaker. Default 50. */
+  errorThresholdPercentage?: number;
+  /** Calls in the window before the breaker may open. Default 5. */
+  volumeThreshold?: number;
+}
+
+export interface GuardLog {
+  warn(obj: object, msg: string): void;
+}
+
+type Thunk = () => Promise<unknown>;
+
+export class StoreGuard {
+  private readonly breaker: CircuitBreaker<[Thunk], unknown>;
+  private readonly resetTimeoutMs: number;
+  private openedAt = 0;
+
+  constructor(
+    private readonly store: Store,
+    private readonly metrics: Metrics,
+    private readonly log: GuardLog,
+    options: StoreGuardOptions = {},
+  ) {
+    this.resetTimeoutMs = options.resetTimeoutMs ?? 5000;
+    this.breaker = new CircuitBreaker((thunk: Thunk) => thunk(), {
+      name: 'fence-store',
+      timeout: options.timeoutMs ?? 2000,
+      resetTimeout: this.resetTimeoutMs,
+      errorThresholdPercentage: options.errorThresholdPercentage ?? 50,
+      volumeThreshold: options.volumeThreshold ?? 5,
+    });
+    this.breaker.on('open', () => {
+      this.openedAt = Date.now();
+      this.log.warn(
+        { store: store.kind },
+        'fence store circuit opened: fenced writes get 503 until it recovers',
+      );
+    });
+    this.breaker.on('close', () => this.log.warn({ store: store.kind }, 'fence store circuit closed'));
+  }
+
+  /**
+   * Admission. If the call fails or times out on our side but the store admits it
+   * later, the orphaned in-flight entry is finished so it does not hold back others.
+   */
+  async admit(req: AdmitRequest): Promise<AdmitResult> {
+    let pending: Promise<AdmitResult> | undefined;
+    try {
+      return await this.call('admit', () => (pending = this.store.admit(req)));
+    } catch (err) {
+      if (req.record && pending !== undefined) {
+        pending.then((r) => (r.ok ? this.finish(req.lock, req.requestId) : undefined)).catch(() => undefined);
+      }
+      throw err;
+    }
+  }
+
+  lowerInflight(lock: string, token: bigint) {
+    return this.call('lowerInflight', () => this.store.lowerInflight(lock, token));
+  }
+
+  watch(lock: string, listener: () => void) {
+    return this.call('watch', () => this.store.watch(lock, listener));
+  }
+
+  /**
+   * Removes an in-flight entry. Bypasses the breaker (a finish must be tried even
+   * while it is open) and never throws: an entry that cannot be removed stops
+   * counting at its deadline.
+   */
+  async finish(lock: string, requestId: string): Promise<void> {
+    try {
+      await this.store.finish(lock, requestId);
+    } catch (err) {
+      this.metrics.storeErrors.inc({ op: 'finish' });
+      this.log.warn({ err, lock, requestId }, 'could not finish in-flight entry; it lapses at its deadline');
+    }
+  }
+
+  shutdown(): void {
+    this.breaker.shutdown();
+  }
+
+  private async call<T>(op: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return (await this.breaker.fire(() => {
+        const p = fn();
+        p.catch(() => undefined); // a call that outlives the breaker's timeout must not go unhandled
+        return p;
+      })) as T;
+    } catch (err) {
+      this.metrics.storeErrors.inc({ op });
+      throw this.unavailable(err, op);
+    }
+  }
+
+  private unavailable(err: unknown, op: string): ProblemError {
+    const code = (err as { code?: unknown } | null)?.code;
+    const open = code === 'EOPENBREAKER';
+    const retryAfter = open
+      ? Math.max(1, Math.ceil((this.openedAt + this.resetTimeoutMs - Date.now()) / 1000))
+      : 1;
+    const detail = open
+      ? 'the fence store is unavailable (circuit open); the write was not forwarded'
+      : code === 'ETIMEDOUT'
+        ? `the fence store did not answer ${op} in time; the write was not forwarded`
+        : 'the fence store is unavailable; the write was not forwarded';
+    return new ProblemError(
+      'fence-unavailable',
+      detail,
+      {},
+      { cause: err, headers: { 'retry-after': String(retryAfter) } },
+    );
+  }
+}

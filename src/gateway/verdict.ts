@@ -1,0 +1,144 @@
+/**
+ * The fence decision for one request on a fenced route, from headers alone:
+ * lock from the route template, token from the Fencing-Token header, then the
+ * store's atomic admission. Refusals are values (with the problem to send and the
+ * reason to count), never exceptions; only the store failing throws.
+ */
+import type { IncomingMessage } from 'node:http';
+import { ProblemError } from '../errors.js';
+import type { FencedReason } from '../observe/metrics.js';
+import { renderLock, type CompiledRoute, type FencingSettings, type HeaderLookup } from '../policy/index.js';
+import type { FencingToken } from '../tokens.js';
+import { rawHeaderValues, readFencingToken } from './headers.js';
+import type { StoreGuard } from './store-guard.js';
+
+/** Time an in-flight entry keeps counting beyond drain wait + upstream timeout, if never finished. */
+export const INFLIGHT_MARGIN_MS = 2000;
+
+export type Verdict =
+  | { ok: true; lock: string; token: FencingToken; highest: FencingToken; lowerInflight: number }
+  | {
+      ok: false;
+      problem: ProblemError;
+      reason: FencedReason;
+      lock: string;
+      token: FencingToken | null;
+      highest: FencingToken | null;
+    };
+
+export interface VerdictInput {
+  route: CompiledRoute & { fencing: FencingSettings };
+  params: Readonly<Record<string, string>>;
+  raw: IncomingMessage;
+  requestId: string;
+  guard: StoreGuard;
+}
+
+export async function decide(input: VerdictInput): Promise<Verdict> {
+  const { route, params, raw, guard } = input;
+  const template = route.lock;
+  const rendered = template === null ? null : renderLock(template, params, headerLookup(raw.rawHeaders));
+  if (rendered === null || !rendered.ok) {
+    const reason = rendered?.reason ?? 'route has no lock';
+    const problem = new ProblemError(
+      'invalid-key',
+      `cannot derive the lock for route "${route.name}": ${reason}`,
+    );
+    return { ok: false, problem, reason: 'malformed', lock: '', token: null, highest: null };
+  }
+  const lock = rendered.key;
+  const presented = readFencingToken(raw.rawHeaders);
+  if (presented.kind === 'missing') {
+    const detail = `route "${route.name}" requires a Fencing-Token header for lock "${lock}"`;
+    return refused('token-required', detail, 'missing', lock, null, null);
+  }
+  if (presented.kind === 'malformed') {
+    return refused('token-malformed', presented.reason, 'malformed', lock, null, null);
+  }
+  const token = presented.token;
+  let result;
+  try {
+    result = await guard.admit({
+      lock,
+      token,
+      check: route.fencing.check,
+      requestId: input.requestId,
+      inflightTtlMs: route.fencing.drainTimeoutMs + route.upstream.timeoutMs + INFLIGHT_MARGIN_MS,
+      record: route.fencing.enforce,
+    });
+  } catch (err) {
+    return {
+      ok: false,
+      problem: fenceUnavailable(err, lock),
+      reason: 'unavailable',
+      lock,
+      token,
+      highest: null,
+    };
+  }
+  if (result.ok)
+    return { ok: true, lock, token, highest: result.highest, lowerInflight: result.lowerInflight };
+  const { highest } = result;
+  switch (result.reason) {
+    case 'stale':
+      return refused(
+        'stale-token',
+        `token ${token} is older than ${highest ?? 'the current epoch floor'}, already admitted for lock "${lock}"`,
+        'stale',
+        lock,
+        token,
+        highest,
+      );
+    case 'forged':
+      return refused(
+        'token-invalid',
+        `token ${token} was never issued for lock "${lock}"`,
+        'forged',
+        lock,
+        token,
+        highest,
+      );
+    case 'lease-expired':
+      return refused(
+        'lease-expired',
+        `the lease of token ${token} on lock "${lock}" is no longer live`,
+        'lease',
+        lock,
+        token,
+        highest,
+      );
+  }
+}
+
+function refused(
+  code: 'token-required' | 'token-malformed' | 'stale-token' | 'token-invalid' | 'lease-expired',
+  detail: string,
+  reason: FencedReason,
+  lock: string,
+  token: FencingToken | null,
+  highest: FencingToken | null,
+): Verdict {
+  const extra = { lock, token: token ?? undefined, highest: highest ?? undefined };
+  return { ok: false, problem: new ProblemError(code, detail, extra), reason, lock, token, highest };
+}
+
+/** The store failed: 503 fence-unavailable for `lock`, keeping the guard's detail and Retry-After. */
+export function fenceUnavailable(err: unknown, lock: string): ProblemError {
+  const guarded = err instanceof ProblemError ? err : null;
+  return new ProblemError(
+    'fence-unavailable',
+    guarded?.message ?? 'the fence store is unavailable; the write was not forwarded',
+    { lock },
+    { cause: guarded?.cause ?? err, headers: guarded?.headers ?? { 'retry-after': '1' } },
+  );
+}
+
+/** A header used in a lock template must be sent exactly once. */
+function headerLookup(rawHeaders: readonly string[]): HeaderLookup {
+  return (name) => {
+    const values = rawHeaderValues(rawHeaders, name);
+    if (values.length === 0) return { ok: false, reason: `header "${name}" is missing` };
+    if (values.length > 1) return { ok: false, reason: `header "${name}" is sent ${values.length} times` };
+    return { ok: true, value: values[0] ?? '' };
+  };
+}

@@ -1,0 +1,121 @@
+/**
+ * The live policy: the current compiled policy, replaced atomically by reload().
+ * A reload that fails keeps the last good policy and reports the errors; requests
+ * already being handled keep the policy they started with.
+ */
+import { statSync, watch as fsWatch, type FSWatcher } from 'node:fs';
+import { basename, dirname } from 'node:path';
+import type { PolicyError } from './errors.js';
+import { loadPolicies } from './load.js';
+import { createCompiledPolicy, type CompiledPolicy } from './model.js';
+
+export type ReloadResult = { ok: true; policy: CompiledPolicy } | { ok: false; errors: PolicyError[] };
+
+export interface WatchOptions {
+  /** Quiet time after the last change before reloading (editors write in bursts). Default 200 ms. */
+  debounceMs?: number;
+}
+
+/** A policy with no routes: every request is answered 404 no-route. */
+export const EMPTY_POLICY: CompiledPolicy = createCompiledPolicy([], {}, []);
+
+export class PolicyHolder {
+  private policy: CompiledPolicy;
+  private readonly listeners = new Set<(policy: CompiledPolicy) => void>();
+  private queued: Promise<ReloadResult> | null = null;
+  private tail: Promise<unknown> = Promise.resolve();
+  private readonly watchers = new Set<() => void>();
+
+  /**
+   * `initial` is the policy served until the first successful reload(); without it,
+   * no route matches (every request gets 404 no-route) until then.
+   */
+  constructor(
+    /** The file or directory the policy is loaded from. */
+    readonly path: string,
+    initial: CompiledPolicy = EMPTY_POLICY,
+  ) {
+    this.policy = initial;
+  }
+
+  /** Loads `path` for the first time; there is no last good policy to fall back on yet. */
+  static async open(
+    path: string,
+  ): Promise<{ ok: true; holder: PolicyHolder } | { ok: false; errors: PolicyError[] }> {
+    const loaded = await loadPolicies(path);
+    return loaded.ok ? { ok: true, holder: new PolicyHolder(path, loaded.policy) } : loaded;
+  }
+
+  get current(): CompiledPolicy {
+    return this.policy;
+  }
+
+  /**
+   * Reloads from disk. On success the new policy is current for every request that
+   * starts afterwards; on failure the last good policy stays and the errors are returned.
+   * Loads never overlap: a call made while a load runs gets the next load (which reads
+   * the files as they are after the call); calls made before that one starts share it.
+   */
+  reload(): Promise<ReloadResult> {
+    if (this.queued !== null) return this.queued;
+    const next = this.tail.then(() => {
+      this.queued = null;
+      return this.loadOnce();
+    });
+    this.queued = next;
+    this.tail = next.catch(() => undefined);
+    return next;
+  }
+
+  /** Called with the new policy after each successful reload. Returns an unsubscribe function. */
+  subscribe(listener: (policy: CompiledPolicy) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /**
+   * Reloads when the policy file or directory changes (fs.watch, debounced). Watches
+   * the directory, also for a single file, so editors that save by rename are seen.
+   * `onReload` is called after every watch-triggered reload, successful or not.
+   * Returns a function that stops this watcher; unwatch() stops all of them.
+   */
+  watch(onReload?: (result: ReloadResult) => void, options: WatchOptions = {}): () => void {
+    const debounceMs = options.debounceMs ?? 200;
+    const isDir = statSync(this.path).isDirectory();
+    const dir = isDir ? this.path : dirname(this.path);
+    const only = isDir ? null : basename(this.path);
+    let timer: NodeJS.Timeout | null = null;
+    const trigger = (_event: string, name: string | Buffer | null) => {
+      const file = name === null ? null : name.toString();
+      if (only !== null && file !== null && file !== only) return;
+      if (only === null && file !== null && !/\.ya?ml$/i.test(file)) return;
+      if (timer !== null) clearTimeout(timer);
+      timer = setTimeout(() => {
+        timer = null;
+        void this.reload().then((r) => onReload?.(r));
+      }, debounceMs);
+    };
+    const watcher: FSWatcher = fsWatch(dir, { persistent: false }, trigger);
+    watcher.on('error', () => undefined);
+    const stop = () => {
+      if (timer !== null) clearTimeout(timer);
+      watcher.close();
+      this.watchers.delete(stop);
+    };
+    this.watchers.add(stop);
+    return stop;
+  }
+
+  /** Stops every watcher started by watch(). */
+  unwatch(): void {
+    for (const stop of [...this.watchers]) stop();
+  }
+
+  private async loadOnce(): Promise<ReloadResult> {
+    const loaded = await loadPolicies(this.path);
+    if (!loaded.ok) return loaded;
+    this.policy = loaded.policy;
+    for (const listener of this.listeners) listener(loaded.policy);
+    return loaded;
+  }
+}

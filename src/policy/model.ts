@@ -1,0 +1,107 @@
+/** The compiled, frozen form of a policy: what the gateway consults per request. */
+import type { FenceCheck } from '../store/types.js';
+import { matchPath, type PathPattern } from './path-pattern.js';
+import type { HttpMethod } from './schema.js';
+import type { LockTemplate } from './template.js';
+
+export interface BreakerSettings {
+  /** Open the circuit when at least this share (%) of calls in the window failed. */
+  readonly errorThresholdPercentage: number;
+  /** Calls in the window before the circuit may open at all. */
+  readonly volumeThreshold: number;
+  /** How long the circuit stays open before a trial call. */
+  readonly resetTimeoutMs: number;
+  readonly rollingWindowMs: number;
+}
+
+export interface CompiledUpstream {
+  readonly name: string;
+  readonly kind: 'http';
+  /** Normalised URL as written (no query, no credentials). */
+  readonly url: string;
+  /** scheme://host:port */
+  readonly origin: string;
+  /** Path prefix prepended to forwarded paths: "" or e.g. "/api". */
+  readonly basePath: string;
+  readonly timeoutMs: number;
+  readonly breaker: BreakerSettings;
+}
+
+export interface FencingSettings {
+  readonly check: FenceCheck;
+  /** False: shadow mode (checked, counted, logged, but forwarded anyway; the store is not changed). */
+  readonly enforce: boolean;
+  /** How long a write waits at the drain barrier before giving up with 503. */
+  readonly drainTimeoutMs: number;
+}
+
+export interface CompiledRoute {
+  readonly name: string;
+  /** Where the route is defined, for logs and errors. */
+  readonly file: string;
+  readonly line: number;
+  readonly methods: readonly HttpMethod[];
+  readonly path: PathPattern;
+  readonly upstream: CompiledUpstream;
+  /** Null for a plain (unfenced) proxy route. */
+  readonly lock: LockTemplate | null;
+  /** Set exactly when `lock` is set. */
+  readonly fencing: FencingSettings | null;
+}
+
+export interface RouteMatch {
+  readonly route: CompiledRoute;
+  readonly params: Readonly<Record<string, string>>;
+}
+
+export interface CompiledPolicy {
+  readonly files: readonly string[];
+  readonly upstreams: Readonly<Record<string, CompiledUpstream>>;
+  /** In file order, then order within a file; the first match wins. */
+  readonly routes: readonly CompiledRoute[];
+  /** First route whose methods include `method` and whose path matches the (normalised) segments. */
+  match(method: string, segments: readonly string[]): RouteMatch | null;
+}
+
+export const DEFAULTS = Object.freeze({
+  timeoutMs: 10_000,
+  check: 'token' as FenceCheck,
+  enforce: true,
+  drainTimeoutMs: 5_000,
+  breaker: Object.freeze({
+    errorThresholdPercentage: 50,
+    volumeThreshold: 5,
+    resetTimeoutMs: 10_000,
+    rollingWindowMs: 10_000,
+  }),
+});
+
+export function createCompiledPolicy(
+  files: readonly string[],
+  upstreams: Record<string, CompiledUpstream>,
+  routes: CompiledRoute[],
+): CompiledPolicy {
+  const frozenRoutes = deepFreeze(routes);
+  const policy: CompiledPolicy = {
+    files: Object.freeze([...files]),
+    upstreams: deepFreeze(upstreams),
+    routes: frozenRoutes,
+    match(method, segments) {
+      for (const route of frozenRoutes) {
+        if (!(route.methods as readonly string[]).includes(method)) continue;
+        const params = matchPath(route.path, segments);
+        if (params !== null) return { route, params: Object.freeze(params) };
+      }
+      return null;
+    },
+  };
+  return Object.freeze(policy);
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const v of Object.values(value)) deepFreeze(v);
+  }
+  return value;
+}

@@ -1,0 +1,101 @@
+/**
+ * Route paths: `/orders/:orderId`, `/orders/*`. A pattern is a list of segments,
+ * each a literal or a `:param`, optionally ending in `*` (zero or more further
+ * segments). Request paths are normalised before matching (see splitRequestPath),
+ * in the direction that keeps fencing on: variants an upstream would likely treat
+ * as the same resource (`/orders//42/`, `/%6Frders/42`) match the same route.
+ */
+export type Segment = { kind: 'literal'; value: string } | { kind: 'param'; name: string };
+
+export interface PathPattern {
+  readonly source: string;
+  readonly segments: readonly Segment[];
+  /** True when the pattern ends in `*`. */
+  readonly wildcard: boolean;
+  readonly params: readonly string[];
+}
+
+const PARAM = /^:([A-Za-z_][A-Za-z0-9_]*)$/;
+// RFC 3986 pchar without "%" (patterns name decoded segments) and without ":" (parameters only).
+const LITERAL = /^[A-Za-z0-9._~!$&'()+,;=@-]+$/;
+
+export type PatternParse = { ok: true; pattern: PathPattern } | { ok: false; reason: string };
+
+export function parsePathPattern(source: string): PatternParse {
+  if (!source.startsWith('/')) return { ok: false, reason: 'must start with "/"' };
+  if (source === '/') return { ok: true, pattern: { source, segments: [], wildcard: false, params: [] } };
+  if (source.endsWith('/'))
+    return { ok: false, reason: 'must not end with "/" (use "/*" to match below a prefix)' };
+  const parts = source.slice(1).split('/');
+  const segments: Segment[] = [];
+  const params: string[] = [];
+  let wildcard = false;
+  for (let i = 0; i < parts.length; i++) {
+    const part = parts[i] ?? '';
+    if (part === '*') {
+      if (i !== parts.length - 1) return { ok: false, reason: '"*" is only allowed as the last segment' };
+      wildcard = true;
+    } else if (part.length === 0) {
+      return { ok: false, reason: 'must not contain empty segments ("//")' };
+    } else if (part.startsWith(':')) {
+      const m = PARAM.exec(part);
+      if (!m?.[1])
+        return { ok: false, reason: `invalid parameter "${part}": use ":name" as a whole segment` };
+      if (params.includes(m[1])) return { ok: false, reason: `parameter ":${m[1]}" appears twice` };
+      params.push(m[1]);
+      segments.push({ kind: 'param', name: m[1] });
+    } else if (part === '.' || part === '..') {
+      return { ok: false, reason: 'must not contain "." or ".." segments' };
+    } else if (!LITERAL.test(part) || part.includes('*')) {
+      return { ok: false, reason: `segment "${part}" has characters not allowed in a path` };
+    } else {
+      segments.push({ kind: 'literal', value: part });
+    }
+  }
+  return { ok: true, pattern: { source, segments, wildcard, params } };
+}
+
+export type RequestPath = { ok: true; segments: string[] } | { ok: false; reason: string };
+
+/**
+ * Splits a raw request path (no query) into decoded segments. Empty segments are
+ * dropped (so `//` and a trailing `/` do not matter); dot segments, encoded "/" or
+ * "\\", NUL and bad percent-encoding are refused rather than guessed at.
+ */
+export function splitRequestPath(rawPath: string): RequestPath {
+  if (!rawPath.startsWith('/')) return { ok: false, reason: 'path must start with "/"' };
+  const segments: string[] = [];
+  for (const raw of rawPath.split('/')) {
+    if (raw.length === 0) continue;
+    let decoded: string;
+    try {
+      decoded = decodeURIComponent(raw);
+    } catch {
+      return { ok: false, reason: 'path has invalid percent-encoding' };
+    }
+    if (decoded === '.' || decoded === '..')
+      return { ok: false, reason: 'path must not contain dot segments' };
+    if (/[/\\\0]/.test(decoded))
+      return { ok: false, reason: 'path segments must not encode "/", "\\" or NUL' };
+    segments.push(decoded);
+  }
+  return { ok: true, segments };
+}
+
+/** Parameters of a match (decoded), or null when the pattern does not match. */
+export function matchPath(pattern: PathPattern, segments: readonly string[]): Record<string, string> | null {
+  const fixed = pattern.segments.length;
+  if (pattern.wildcard ? segments.length < fixed : segments.length !== fixed) return null;
+  const params: Record<string, string> = {};
+  for (let i = 0; i < fixed; i++) {
+    const seg = pattern.segments[i];
+    const value = segments[i];
+    if (seg === undefined || value === undefined) return null;
+    if (seg.kind === 'literal') {
+      if (seg.value !== value) return null;
+    } else {
+      params[seg.name] = value;
+    }
+  }
+  return params;
+}

@@ -1,0 +1,109 @@
+/**
+ * The JSON Schema of one policy file, and the TypeScript shape it guarantees.
+ * Every object has `additionalProperties: false`: an unknown (often misspelled) key
+ * is an error, never silently ignored.
+ */
+import type { FenceCheck } from '../store/types.js';
+
+export const HTTP_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
+export type HttpMethod = (typeof HTTP_METHODS)[number];
+
+export const NAME_PATTERN = '^[A-Za-z][A-Za-z0-9_-]{0,63}$';
+export const NAME_HINT = 'must be 1-64 letters, digits, "-" or "_", starting with a letter';
+
+export interface RawBreaker {
+  errorThresholdPercentage?: number;
+  volumeThreshold?: number;
+  resetTimeoutMs?: number;
+  rollingWindowMs?: number;
+}
+
+export interface RawUpstream {
+  kind: 'http';
+  url: string;
+  timeoutMs?: number;
+  breaker?: RawBreaker;
+}
+
+export interface RawFencing {
+  check?: FenceCheck;
+  enforce?: boolean;
+  drainTimeoutMs?: number;
+}
+
+export interface RawRoute {
+  name: string;
+  methods: HttpMethod[];
+  path: string;
+  upstream: string;
+  lock?: string;
+  fencing?: RawFencing;
+}
+
+export interface RawPolicyFile {
+  version: 1;
+  upstreams?: Record<string, RawUpstream>;
+  routes?: RawRoute[];
+}
+
+const name = { type: 'string', pattern: NAME_PATTERN };
+const ms = (min: number, max: number) => ({ type: 'integer', minimum: min, maximum: max });
+
+const breaker = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    errorThresholdPercentage: ms(1, 100),
+    volumeThreshold: ms(0, 10_000),
+    resetTimeoutMs: ms(100, 3_600_000),
+    rollingWindowMs: ms(1_000, 3_600_000),
+  },
+};
+
+const upstream = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['kind', 'url'],
+  properties: {
+    kind: { enum: ['http'] },
+    url: { type: 'string', minLength: 1 },
+    timeoutMs: ms(1, 600_000),
+    breaker,
+  },
+};
+
+const fencing = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    check: { enum: ['token', 'lease'] },
+    enforce: { type: 'boolean' },
+    drainTimeoutMs: ms(0, 600_000),
+  },
+};
+
+const route = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['name', 'methods', 'path', 'upstream'],
+  properties: {
+    name,
+    methods: { type: 'array', minItems: 1, uniqueItems: true, items: { enum: [...HTTP_METHODS] } },
+    path: { type: 'string', minLength: 1 },
+    upstream: name,
+    lock: { type: 'string', minLength: 1 },
+    fencing,
+  },
+};
+
+export const policyFileSchema = {
+  $id: 'urn:fencegate:policy-file',
+  type: 'object',
+  additionalProperties: false,
+  required: ['version'],
+  properties: {
+    version: { const: 1 },
+    upstreams: { type: 'object', propertyNames: name, additionalProperties: upstream },
+    routes: { type: 'array', items: route },
+  },
+} as const;

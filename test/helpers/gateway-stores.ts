@@ -1,0 +1,58 @@
+/**
+ * The stores gateway integration tests run on: the in-memory reference store and
+ * the real backends (Redis, embedded PGlite, Postgres). FENCEGATE_GATEWAY_STORES
+ * selects (comma-separated; default: all). A selected store that cannot be opened fails
+ * the tests; it is never skipped.
+ */
+import { randomBytes } from 'node:crypto';
+import type { Store } from '../../src/store/types.js';
+import { withKeyPrefix } from './key-prefix-store.js';
+import { MemoryStore } from './memory-store.js';
+import { openTestRedisStore } from './redis-fixture.js';
+import { embeddedFixture, postgresFixture } from './sql-fixtures.js';
+
+export interface OpenedStore {
+  store: Store;
+  close(): Promise<void>;
+}
+
+export interface GatewayStoreFactory {
+  name: string;
+  open(): Promise<OpenedStore>;
+}
+
+let shared: ReturnType<typeof embeddedFixture> | undefined;
+
+/** Closes the store shared by the tests of a file (call in afterAll). */
+export async function closeSharedStores(): Promise<void> {
+  const pending = shared;
+  shared = undefined;
+  if (pending !== undefined) await (await pending).close();
+}
+
+const ALL: GatewayStoreFactory[] = [
+  {
+    name: 'memory',
+    async open() {
+      const store = new MemoryStore();
+      return { store, close: () => store.close() };
+    },
+  },
+  { name: 'redis', open: () => openTestRedisStore() },
+  {
+    // PGlite takes seconds to open: one store per test file, one key prefix per test.
+    name: 'embedded',
+    async open() {
+      shared ??= embeddedFixture();
+      const store = withKeyPrefix((await shared).store, `t${randomBytes(4).toString('hex')}:`);
+      return { store, close: async () => undefined };
+    },
+  },
+  { name: 'postgres', open: () => postgresFixture() },
+];
+
+const wanted = process.env.FENCEGATE_GATEWAY_STORES?.split(',').map((s) => s.trim());
+
+export const GATEWAY_STORES: GatewayStoreFactory[] = wanted
+  ? ALL.filter((f) => wanted.includes(f.name))
+  : ALL;

@@ -1,0 +1,40 @@
+/**
+ * A view of a Store in which every lock key is silently prefixed, so tests can share
+ * one slow-to-open backend (the embedded PGlite store) without seeing each other's
+ * locks and fences. Keys in results are mapped back.
+ */
+import type { LockState, Store } from '../../src/store/types.js';
+
+export function withKeyPrefix(inner: Store, prefix: string): Store {
+  const k = (key: string) => `${prefix}${key}`;
+  const unk = (key: string) => (key.startsWith(prefix) ? key.slice(prefix.length) : key);
+  const state = (s: LockState): LockState => ({ ...s, key: unk(s.key) });
+  return {
+    kind: inner.kind,
+    async tryAcquire(req) {
+      const r = await inner.tryAcquire({ ...req, key: k(req.key) });
+      return r.ok ? { ...r, lease: { ...r.lease, key: req.key } } : r;
+    },
+    async renew(key, leaseId, ttlMs) {
+      const r = await inner.renew(k(key), leaseId, ttlMs);
+      return r.ok ? { ...r, lease: { ...r.lease, key } } : r;
+    },
+    release: (key, leaseId) => inner.release(k(key), leaseId),
+    inspect: async (key) => {
+      const s = await inner.inspect(k(key));
+      return s === null ? null : state(s);
+    },
+    enqueueWaiter: (key, waiterId, waitMs) => inner.enqueueWaiter(k(key), waiterId, waitMs),
+    removeWaiter: (key, waiterId) => inner.removeWaiter(k(key), waiterId),
+    listLocks: async (limit) =>
+      (await inner.listLocks(limit)).filter((s) => s.key.startsWith(prefix)).map(state),
+    admit: (req) => inner.admit({ ...req, lock: k(req.lock) }),
+    finish: (lock, requestId) => inner.finish(k(lock), requestId),
+    lowerInflight: (lock, token) => inner.lowerInflight(k(lock), token),
+    watch: (key, listener) => inner.watch(k(key), listener),
+    bumpEpoch: () => inner.bumpEpoch(),
+    now: () => inner.now(),
+    health: () => inner.health(),
+    close: async () => undefined,
+  };
+}

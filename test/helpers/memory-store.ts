@@ -1,0 +1,225 @@
+/**
+ * An in-memory Store for gateway tests that need no backend (and as a reference
+ * for the contract's semantics). Single process only; the clock is Date.now().
+ * Not a stand-in for the real stores: integration tests also run on Redis and
+ * the embedded store.
+ */
+import { randomUUID } from 'node:crypto';
+import { StoreUnavailableError } from '../../src/errors.js';
+import type {
+  AcquireRequest,
+  AcquireResult,
+  AdmitRequest,
+  AdmitResult,
+  InflightState,
+  Lease,
+  LockState,
+  ReleaseResult,
+  RenewResult,
+  Store,
+  StoreHealth,
+} from '../../src/store/types.js';
+
+interface KeyState {
+  issued: bigint;
+  lease: Lease | null;
+  waiters: { id: string; deadline: number }[];
+  highest: bigint | null;
+  inflight: Map<string, { token: bigint; deadline: number }>;
+  grants: Map<string, { owner: string; lease: Lease }>;
+}
+
+export class MemoryStore implements Store {
+  readonly kind = 'embedded' as const;
+  private readonly keys = new Map<string, KeyState>();
+  private readonly listeners = new Map<string, Set<() => void>>();
+  private floor = 0n;
+  private closed = false;
+
+  async tryAcquire(req: AcquireRequest): Promise<AcquireResult> {
+    const s = this.state(req.key);
+    const now = this.clock();
+    if (req.requestId !== undefined) {
+      const prior = s.grants.get(req.requestId);
+      if (prior && prior.owner === req.owner)
+        return { ok: true, lease: { ...prior.lease }, replayed: true, tookOverExpired: false };
+    }
+    s.waiters = s.waiters.filter((w) => w.deadline > now);
+    const live = s.lease !== null && s.lease.expiresAt > now;
+    const head = s.waiters[0];
+    const queueBlocks = head !== undefined && head.id !== req.waiterId;
+    if (live || queueBlocks) {
+      const until = live && s.lease ? s.lease.expiresAt - now : (head?.deadline ?? now + 1) - now;
+      return { ok: false, reason: 'held', retryAfterMs: Math.max(1, until) };
+    }
+    const tookOverExpired = s.lease !== null;
+    s.issued = (s.issued > this.floor ? s.issued : this.floor) + 1n;
+    const lease: Lease = {
+      key: req.key,
+      owner: req.owner,
+      leaseId: randomUUID(),
+      token: s.issued,
+      expiresAt: now + req.ttlMs,
+      ttlMs: req.ttlMs,
+    };
+    s.lease = lease;
+    if (req.waiterId !== undefined) s.waiters = s.waiters.filter((w) => w.id !== req.waiterId);
+    if (req.requestId !== undefined) s.grants.set(req.requestId, { owner: req.owner, lease: { ...lease } });
+    return { ok: true, lease: { ...lease }, replayed: false, tookOverExpired };
+  }
+
+  async renew(key: string, leaseId: string, ttlMs: number): Promise<RenewResult> {
+    const s = this.state(key);
+    const now = this.clock();
+    if (s.lease === null || s.lease.leaseId !== leaseId || s.lease.expiresAt <= now)
+      return { ok: false, reason: 'lease-lost' };
+    s.lease = { ...s.lease, expiresAt: now + ttlMs, ttlMs };
+    return { ok: true, lease: { ...s.lease } };
+  }
+
+  async release(key: string, leaseId: string): Promise<ReleaseResult> {
+    const s = this.state(key);
+    if (s.lease === null || s.lease.leaseId !== leaseId || s.lease.expiresAt <= this.clock())
+      return { ok: false, reason: 'not-owner' };
+    s.lease = null;
+    this.notify(key);
+    return { ok: true };
+  }
+
+  async inspect(key: string): Promise<LockState | null> {
+    this.clock();
+    const s = this.keys.get(key);
+    return s === undefined || s.issued === 0n ? null : this.describe(key, s);
+  }
+
+  async enqueueWaiter(key: string, waiterId: string, waitMs: number): Promise<void> {
+    this.state(key).waiters.push({ id: waiterId, deadline: this.clock() + waitMs });
+  }
+
+  async removeWaiter(key: string, waiterId: string): Promise<void> {
+    const s = this.state(key);
+    s.waiters = s.waiters.filter((w) => w.id !== waiterId);
+    this.notify(key);
+  }
+
+  async listLocks(limit: number): Promise<LockState[]> {
+    const now = this.clock();
+    return [...this.keys.entries()]
+      .filter(
+        ([, s]) => (s.lease !== null && s.lease.expiresAt > now) || s.waiters.some((w) => w.deadline > now),
+      )
+      .slice(0, limit)
+      .map(([k, s]) => this.describe(k, s));
+  }
+
+  async admit(req: AdmitRequest): Promise<AdmitResult> {
+    const s = this.state(req.lock);
+    const now = this.clock();
+    if (s.issued === 0n || req.token > s.issued) return { ok: false, reason: 'forged', highest: s.highest };
+    if (req.token <= this.floor || (s.highest !== null && req.token < s.highest)) {
+      return { ok: false, reason: 'stale', highest: s.highest };
+    }
+    if (req.check === 'lease') {
+      const live = s.lease !== null && s.lease.expiresAt > now && s.lease.token === req.token;
+      if (!live) return { ok: false, reason: 'lease-expired', highest: s.highest };
+    }
+    const lowerInflight = this.lower(s, req.token, now).length;
+    if (!req.record)
+      return {
+        ok: true,
+        highest: s.highest === null || s.highest < req.token ? req.token : s.highest,
+        lowerInflight,
+      };
+    s.highest = s.highest === null || s.highest < req.token ? req.token : s.highest;
+    s.inflight.set(req.requestId, { token: req.token, deadline: now + req.inflightTtlMs });
+    return { ok: true, highest: s.highest, lowerInflight };
+  }
+
+  async finish(lock: string, requestId: string): Promise<void> {
+    this.clock();
+    this.state(lock).inflight.delete(requestId);
+    this.notify(lock);
+  }
+
+  async lowerInflight(lock: string, token: bigint): Promise<InflightState> {
+    const now = this.clock();
+    const lower = this.lower(this.state(lock), token, now);
+    const nextDeadline = lower.length === 0 ? null : Math.min(...lower.map((e) => e.deadline));
+    return { count: lower.length, nextDeadline, now };
+  }
+
+  async watch(key: string, listener: () => void): Promise<() => void> {
+    this.clock();
+    const set = this.listeners.get(key) ?? new Set();
+    this.listeners.set(key, set);
+    const wrapped = () => listener();
+    set.add(wrapped);
+    return () => set.delete(wrapped);
+  }
+
+  async bumpEpoch(): Promise<{ id: string; floor: bigint }> {
+    const floor = BigInt(this.clock()) * 1000n;
+    this.floor = floor > this.floor ? floor : this.floor;
+    return { id: randomUUID(), floor: this.floor };
+  }
+
+  async now(): Promise<number> {
+    return this.clock();
+  }
+
+  async health(): Promise<StoreHealth> {
+    return {
+      ok: !this.closed,
+      kind: this.kind,
+      detail: 'memory',
+      epoch: { id: 'memory', floor: this.floor },
+    };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+  }
+
+  /** Test hook: how many in-flight entries the lock has (live or not). */
+  inflightCount(lock: string): number {
+    return this.keys.get(lock)?.inflight.size ?? 0;
+  }
+
+  private lower(s: KeyState, token: bigint, now: number) {
+    return [...s.inflight.values()].filter((e) => e.token < token && e.deadline > now);
+  }
+
+  private describe(key: string, s: KeyState): LockState {
+    const now = Date.now();
+    const live = s.lease !== null && s.lease.expiresAt > now ? s.lease : null;
+    return {
+      key,
+      held: live !== null,
+      owner: live?.owner ?? null,
+      leaseId: live?.leaseId ?? null,
+      token: live?.token ?? s.issued,
+      issued: s.issued,
+      expiresAt: live?.expiresAt ?? null,
+      waiters: s.waiters.filter((w) => w.deadline > now).length,
+      highest: s.highest,
+    };
+  }
+
+  private state(key: string): KeyState {
+    let s = this.keys.get(key);
+    if (s === undefined) {
+      s = { issued: 0n, lease: null, waiters: [], highest: null, inflight: new Map(), grants: new Map() };
+      this.keys.set(key, s);
+    }
+    return s;
+  }
+
+  private notify(key: string): void {
+    for (const l of this.listeners.get(key) ?? []) queueMicrotask(l);
+  }
+
+  private clock(): number {
+    if (this.closed) throw new StoreUnavailableError('memory store is closed');
+    return Date.now();
+  }
+}

@@ -1,0 +1,175 @@
+import { request } from 'undici';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { faultyStore, type FaultyStore } from '../helpers/faulty-store.js';
+import {
+  mint,
+  ordersPolicy,
+  startGateway,
+  startUpstream,
+  type TestGateway,
+  type TestUpstream,
+} from '../helpers/gateway-harness.js';
+import { closeSharedStores, GATEWAY_STORES, type OpenedStore } from '../helpers/gateway-stores.js';
+
+afterAll(closeSharedStores);
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function call(gw: TestGateway, method: string, path: string, headers: Record<string, string> = {}) {
+  const started = Date.now();
+  const res = await request(`${gw.url}${path}`, {
+    method: method as 'PUT',
+    headers,
+    body: method === 'GET' ? undefined : 'x',
+  });
+  const text = await res.body.text();
+  const body = /json/.test(String(res.headers['content-type']))
+    ? (JSON.parse(text) as Record<string, unknown>)
+    : {};
+  return { status: res.statusCode, headers: res.headers, body, ms: Date.now() - started };
+}
+
+describe.each(GATEWAY_STORES)('store failures on $name store', (factory) => {
+  let opened: OpenedStore;
+  let store: FaultyStore;
+  let upstream: TestUpstream;
+  let gw: TestGateway;
+
+  beforeEach(async () => {
+    opened = await factory.open();
+    store = faultyStore(opened.store);
+    upstream = await startUpstream();
+    gw = await startGateway({
+      store,
+      policy: ordersPolicy(upstream.url),
+      storeBreaker: { timeoutMs: 300, resetTimeoutMs: 400, volumeThreshold: 3, errorThresholdPercentage: 50 },
+    });
+  });
+
+  afterEach(async () => {
+    store.down = false;
+    store.delayMs = 0;
+    await gw.close();
+    await upstream.close();
+    await opened.close();
+  });
+
+  it('store down: fenced writes get 503 fence-unavailable with Retry-After, reads keep flowing', async () => {
+    const lease = await mint(store, 'order:1');
+    store.down = true;
+    for (let i = 0; i < 6; i++) {
+      const res = await call(gw, 'PUT', '/orders/1', { 'fencing-token': String(lease.token) });
+      expect(res.status).toBe(503);
+      expect(res.body).toMatchObject({ type: 'urn:fencegate:fence-unavailable', lock: 'order:1' });
+      expect(Number(res.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+    }
+    expect(upstream.hits).toHaveLength(0);
+    expect((await call(gw, 'GET', '/orders/1')).status).toBe(200);
+    expect(upstream.hits).toHaveLength(1);
+    // The breaker opened: later refusals do not even reach the store.
+    const callsBefore = store.calls.length;
+    expect((await call(gw, 'PUT', '/orders/1', { 'fencing-token': String(lease.token) })).status).toBe(503);
+    expect(store.calls.length).toBe(callsBefore);
+    const errors = await gw.metrics.storeErrors.get();
+    expect(errors.values.find((v) => v.labels.op === 'admit')?.value).toBeGreaterThanOrEqual(6);
+    expect(gw.events.recent()[0]).toMatchObject({ reason: 'unavailable', lock: 'order:1', enforced: true });
+    // Recovery once the breaker lets a trial call through.
+    store.down = false;
+    await sleep(450);
+    expect((await call(gw, 'PUT', '/orders/1', { 'fencing-token': String(lease.token) })).status).toBe(200);
+  });
+
+  it('a store slower than the breaker timeout → 503 fast; an admission that lands late is finished', async () => {
+    const lease = await mint(store, 'order:2');
+    store.delayMs = 700;
+    const res = await call(gw, 'PUT', '/orders/2', { 'fencing-token': String(lease.token) });
+    expect(res.status).toBe(503);
+    expect(res.ms).toBeLessThan(650);
+    expect(upstream.hits).toHaveLength(0);
+    await sleep(1200);
+    store.delayMs = 0;
+    expect((await store.lowerInflight('order:2', 1n << 62n)).count).toBe(0);
+    expect([...store.finishes.values()]).toEqual([1]);
+  });
+
+  it('shadow routes forward even when the store is down, counting the refusal', async () => {
+    await mint(store, 'shadow:1');
+    store.down = true;
+    const res = await call(gw, 'PUT', '/shadow/1', { 'fencing-token': '1' });
+    expect(res.status).toBe(200);
+    expect(upstream.hits[0]?.headers['x-fencegate-fence']).toBe('shadow-refused');
+    expect(gw.events.recent()[0]).toMatchObject({ reason: 'unavailable', enforced: false });
+  });
+});
+
+describe.each(GATEWAY_STORES)('upstream failures on $name store', (factory) => {
+  let opened: OpenedStore;
+  let store: FaultyStore;
+  let upstream: TestUpstream;
+  let gw: TestGateway;
+
+  beforeEach(async () => {
+    opened = await factory.open();
+    store = faultyStore(opened.store);
+    upstream = await startUpstream();
+  });
+
+  afterEach(async () => {
+    await gw.close();
+    await upstream.close();
+    await opened.close();
+  });
+
+  it('connection refused → 502 upstream-unavailable; the write is finished', async () => {
+    gw = await startGateway({ store, policy: ordersPolicy(upstream.url) });
+    await upstream.close();
+    const lease = await mint(store, 'order:1');
+    const res = await call(gw, 'PUT', '/orders/1', { 'fencing-token': String(lease.token) });
+    expect(res.status).toBe(502);
+    expect(res.body).toMatchObject({ type: 'urn:fencegate:upstream-unavailable', upstream: 'orders' });
+    expect((await call(gw, 'GET', '/orders/1')).status).toBe(502);
+    expect([...store.finishes.values()]).toEqual([1]);
+    const seconds = await gw.metrics.upstreamSeconds.get();
+    expect(seconds.values.some((v) => v.labels.status_class === 'error')).toBe(true);
+  });
+
+  it('no answer within timeoutMs → 504 upstream-timeout', async () => {
+    gw = await startGateway({ store, policy: ordersPolicy(upstream.url, { timeoutMs: 200 }) });
+    upstream.handler = () => undefined; // never answers
+    const lease = await mint(store, 'order:2');
+    const res = await call(gw, 'PUT', '/orders/2', { 'fencing-token': String(lease.token) });
+    expect(res.status).toBe(504);
+    expect(res.body.type).toBe('urn:fencegate:upstream-timeout');
+    expect(res.ms).toBeLessThan(2000);
+    expect([...store.finishes.values()]).toEqual([1]);
+  });
+
+  it('the upstream circuit opens after failures: 502 with Retry-After, without trying the upstream', async () => {
+    const policy = ordersPolicy(upstream.url).replace(
+      'breaker: { volumeThreshold: 1000 }',
+      'breaker: { volumeThreshold: 2, errorThresholdPercentage: 50, resetTimeoutMs: 5000 }',
+    );
+    gw = await startGateway({ store, policy });
+    upstream.handler = (_req, res) => void res.destroy();
+    expect((await call(gw, 'GET', '/orders/1')).status).toBe(502);
+    // A write with a body (read completely before the upstream failed) counts too.
+    expect((await call(gw, 'PUT', '/shadow/1')).status).toBe(502);
+    const hits = upstream.hits.length;
+    const open = await call(gw, 'GET', '/orders/1');
+    expect(open.status).toBe(502);
+    expect(String(open.body.detail)).toContain('circuit breaker is open');
+    expect(Number(open.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+    expect(upstream.hits.length).toBe(hits);
+  });
+
+  it('upstream 5xx answers pass through and do not open the circuit', async () => {
+    const policy = ordersPolicy(upstream.url).replace(
+      'breaker: { volumeThreshold: 1000 }',
+      'breaker: { volumeThreshold: 1 }',
+    );
+    gw = await startGateway({ store, policy });
+    upstream.handler = (_req, res) => void res.writeHead(500, { 'content-type': 'text/plain' }).end('boom');
+    for (let i = 0; i < 4; i++) expect((await call(gw, 'GET', '/orders/1')).status).toBe(500);
+    expect(upstream.hits).toHaveLength(4);
+  });
+});

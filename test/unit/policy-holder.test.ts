@@ -1,0 +1,97 @@
+import { copyFile, mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { PolicyHolder, type ReloadResult } from '../../src/policy/index.js';
+
+const VALID = 'test/fixtures/policies/valid';
+
+async function policyDir(): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'fg-holder-'));
+  await copyFile(join(VALID, '10-upstreams.yaml'), join(dir, '10-upstreams.yaml'));
+  await copyFile(join(VALID, '20-routes.yaml'), join(dir, '20-routes.yaml'));
+  return dir;
+}
+
+const holders: PolicyHolder[] = [];
+afterEach(() => {
+  for (const h of holders.splice(0)) h.unwatch();
+});
+
+describe('PolicyHolder', () => {
+  it('serves no routes until the first successful reload', async () => {
+    const holder = new PolicyHolder(await policyDir());
+    expect(holder.current.routes).toEqual([]);
+    const result = await holder.reload();
+    expect(result.ok).toBe(true);
+    expect(holder.current.routes).toHaveLength(3);
+  });
+
+  it('keeps the last good policy when a reload fails, and reports the errors', async () => {
+    const dir = await policyDir();
+    const opened = await PolicyHolder.open(dir);
+    if (!opened.ok) throw new Error('expected ok');
+    const holder = opened.holder;
+    const before = holder.current;
+    await writeFile(join(dir, '20-routes.yaml'), 'version: 1\nroutes:\n  - name: x\n');
+    const result = await holder.reload();
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.errors.map((e) => e.field)).toContain('routes[0].methods');
+    expect(holder.current).toBe(before);
+  });
+
+  it('notifies subscribers; calls made together share one load', async () => {
+    const holder = new PolicyHolder(await policyDir());
+    const seen: number[] = [];
+    holder.subscribe((p) => seen.push(p.routes.length));
+    const results = await Promise.all([holder.reload(), holder.reload(), holder.reload()]);
+    expect(results.every((r) => r.ok)).toBe(true);
+    expect(new Set(results).size).toBe(1);
+    expect(seen).toEqual([3]);
+  });
+
+  it('a reload asked for while one runs reads the files as they are after the call', async () => {
+    const dir = await policyDir();
+    const holder = new PolicyHolder(dir);
+    const first = holder.reload();
+    await writeFile(join(dir, '20-routes.yaml'), 'version: 1\nroutes: []\n');
+    const second = holder.reload();
+    expect(second).not.toBe(first);
+    await first;
+    const result = await second;
+    expect(result.ok && result.policy.routes).toEqual([]);
+    expect(holder.current.routes).toEqual([]);
+  });
+
+  it('watch() reloads after a change, debounced', async () => {
+    const dir = await policyDir();
+    const holder = new PolicyHolder(dir);
+    holders.push(holder);
+    await holder.reload();
+    const reloaded = new Promise<ReloadResult>((resolve) => holder.watch(resolve, { debounceMs: 50 }));
+    const text = await readFile(join(dir, '20-routes.yaml'), 'utf8');
+    await writeFile(join(dir, '20-routes.yaml'), text.replace('name: order-reads', 'name: order-reads-v2'));
+    const result = await reloaded;
+    expect(result.ok).toBe(true);
+    expect(holder.current.routes.map((r) => r.name)).toContain('order-reads-v2');
+  });
+
+  it('watch() on a single file ignores other files in its directory', async () => {
+    const dir = await policyDir();
+    const file = join(dir, 'single.yaml');
+    await writeFile(file, await readFile('policies/orders.yaml', 'utf8'));
+    const holder = new PolicyHolder(file);
+    holders.push(holder);
+    await holder.reload();
+    const results: ReloadResult[] = [];
+    holder.watch((r) => results.push(r), { debounceMs: 30 });
+    await writeFile(join(dir, 'other.yaml'), 'version: 1\n');
+    await new Promise((r) => setTimeout(r, 200));
+    expect(results).toEqual([]);
+    await writeFile(file, 'version: 1\nbogus: true\n');
+    await new Promise((r) => setTimeout(r, 300));
+    expect(results.length).toBeGreaterThanOrEqual(1);
+    expect(results.at(-1)?.ok).toBe(false);
+    expect(holder.current.routes.length).toBe(3);
+  });
+});
