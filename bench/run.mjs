@@ -1,0 +1,269 @@
+#!/usr/bin/env node
+/**
+ * `npm run bench`: side by side in one run, on the same upstream and machine:
+ *   direct upstream · bare @fastify/http-proxy · fencegate unfenced route ·
+ *   fencegate fenced writes on the embedded, Postgres and Redis stores;
+ * then p99 at half the bare proxy's saturation rate (bare vs fenced on Redis), and
+ * the fencegate process's resident memory over a 60 s run.
+ * Prints a table and writes bench/RESULTS.md. Loopback only; every run is bounded.
+ *
+ * Env: BENCH_SECONDS (saturation runs, default 10), BENCH_SOAK_SECONDS (default 60),
+ *      BENCH_CONNECTIONS (default 32).
+ */
+import autocannon from 'autocannon';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir, cpus, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
+const SOAK = Number(process.env.BENCH_SOAK_SECONDS ?? 60);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
+const LOCKS = 16;
+const PG_URL = process.env.FENCEGATE_TEST_POSTGRES ?? 'postgres://postgres@127.0.0.1:5432/test';
+const children = [];
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function freePort() {
+  const s = createServer().listen(0, '127.0.0.1');
+  await once(s, 'listening');
+  const { port } = s.address();
+  s.close();
+  return port;
+}
+
+async function spawnUntil(cmd, args, pattern, opts = {}) {
+  const child = spawn(cmd, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], ...opts });
+  children.push(child);
+  let out = '';
+  child.stdout.on('data', (d) => (out += d));
+  child.stderr.on('data', (d) => (out += d));
+  const end = Date.now() + 30_000;
+  let m;
+  while (!(m = pattern.exec(out))) {
+    if (child.exitCode !== null) throw new Error(`${cmd} ${args.join(' ')} exited: ${out}`);
+    if (Date.now() > end) throw new Error(`${cmd} did not start: ${out}`);
+    await sleep(20);
+  }
+  return { child, m, output: () => out };
+}
+
+async function stop(child) {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  child.kill('SIGTERM');
+  await Promise.race([once(child, 'exit'), sleep(5000).then(() => child.kill('SIGKILL'))]);
+}
+
+async function fencegate(store, policyDir, extra = []) {
+  const { child, m } = await spawnUntil(
+    process.execPath,
+    [join(ROOT, 'bin/fencegate.js'), 'serve', '--store', store, '--policies', policyDir,
+      '--listen', '127.0.0.1:0', '--control', '127.0.0.1:0', '--log-level', 'error', ...extra],
+    /listening data=(\S+) control=(\S+)/,
+  );
+  return { child, data: m[1], control: m[2] };
+}
+
+async function acquireTokens(control, prefix) {
+  const tokens = [];
+  for (let i = 0; i < LOCKS; i++) {
+    const res = await fetch(`${control}/v1/locks/${encodeURIComponent(`${prefix}:${i}`)}/acquire`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ owner: 'bench', ttlMs: 3_600_000 }),
+    });
+    if (res.status !== 200) throw new Error(`acquire failed: ${res.status} ${await res.text()}`);
+    tokens.push((await res.json()).token);
+  }
+  return tokens;
+}
+
+/** PUT /{base}/{i} rotating over LOCKS ids, with each lock's token when given. */
+function run(url, { base = 'orders', tokens = null, seconds = SECONDS, rate } = {}) {
+  let n = 0;
+  const body = JSON.stringify({ status: 'shipped', note: 'x'.repeat(64) });
+  return autocannon({
+    url,
+    connections: CONNECTIONS,
+    duration: seconds,
+    ...(rate ? { overallRate: rate } : {}),
+    requests: [
+      {
+        method: 'PUT',
+        setupRequest(req) {
+          const i = n++ % LOCKS;
+          const headers = { 'content-type': 'application/json' };
+          if (tokens) headers['fencing-token'] = tokens[i];
+          return { ...req, path: `/${base}/${i}`, headers, body };
+        },
+      },
+    ],
+  });
+}
+
+function summarize(name, r) {
+  const bad = r.non2xx + r.errors + r.timeouts;
+  return {
+    name,
+    rps: r.requests.average,
+    p50: r.latency.p50,
+    p99: r.latency.p99,
+    total: r.requests.total,
+    bad,
+  };
+}
+
+async function rssKiB(pid) {
+  const s = await readFile(`/proc/${pid}/status`, 'utf8');
+  return Number(/VmRSS:\s+(\d+)/.exec(s)[1]);
+}
+
+async function main() {
+  const started = new Date();
+  const tmp = await mkdtemp(join(tmpdir(), 'fg-bench-'));
+  const results = [];
+  const say = (s) => process.stdout.write(`${s}\n`);
+
+  const { m: um } = await spawnUntil(process.execPath, ['bench/upstream.mjs'], /listening (\S+)/);
+  const upstream = um[1];
+  const policyDir = join(tmp, 'policies');
+  await (await import('node:fs/promises')).mkdir(policyDir);
+  const policy = (lockPrefix) => `version: 1
+upstreams:
+  bench:
+    kind: http
+    url: ${upstream}
+    timeoutMs: 10000
+routes:
+  - name: fenced-writes
+    methods: [PUT]
+    path: /orders/:id
+    upstream: bench
+    lock: "${lockPrefix}:{id}"
+  - name: open-writes
+    methods: [PUT]
+    path: /open/:id
+    upstream: bench
+`;
+  await writeFile(join(policyDir, 'bench.yaml'), policy('order'));
+
+  say(`direct upstream …`);
+  await run(upstream, { seconds: 2 }); // warm-up
+  results.push(summarize('direct upstream', await run(upstream)));
+
+  const bare = await spawnUntil(process.execPath, ['bench/bare-proxy.mjs', upstream], /listening (\S+)/);
+  say(`bare @fastify/http-proxy …`);
+  await run(bare.m[1], { seconds: 2 });
+  const bareResult = summarize('bare @fastify/http-proxy', await run(bare.m[1]));
+  results.push(bareResult);
+
+  // Embedded store: unfenced route and fenced writes.
+  const embedded = await fencegate(join(tmp, 'embedded'), policyDir);
+  say(`fencegate unfenced route …`);
+  await run(embedded.data, { base: 'open', seconds: 2 });
+  results.push(summarize('fencegate, unfenced route', await run(embedded.data, { base: 'open' })));
+  say(`fencegate fenced, embedded …`);
+  let tokens = await acquireTokens(embedded.control, 'order');
+  await run(embedded.data, { tokens, seconds: 2 });
+  results.push(summarize('fencegate fenced, embedded store', await run(embedded.data, { tokens })));
+  await stop(embedded.child);
+
+  // Postgres store, a throwaway schema on the shared server.
+  const schema = `fgbench_${Date.now()}`;
+  const postgres = await fencegate(PG_URL, policyDir, ['--store-namespace', schema]);
+  say(`fencegate fenced, postgres …`);
+  tokens = await acquireTokens(postgres.control, 'order');
+  await run(postgres.data, { tokens, seconds: 2 });
+  results.push(summarize('fencegate fenced, postgres store', await run(postgres.data, { tokens })));
+  await stop(postgres.child);
+
+  // Redis store: a private redis-server with AOF appendfsync always (the safe setting).
+  const redisPort = await freePort();
+  const redisDir = join(tmp, 'redis');
+  await (await import('node:fs/promises')).mkdir(redisDir);
+  await spawnUntil('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--dir', redisDir, '--save', '',
+    '--appendonly', 'yes', '--appendfsync', 'always'], /Ready to accept connections/);
+  const redis = await fencegate(`redis://127.0.0.1:${redisPort}`, policyDir);
+  say(`fencegate fenced, redis …`);
+  tokens = await acquireTokens(redis.control, 'order');
+  await run(redis.data, { tokens, seconds: 2 });
+  const redisResult = summarize('fencegate fenced, redis store (AOF always)', await run(redis.data, { tokens }));
+  results.push(redisResult);
+
+  // Latency at half the bare proxy's saturation rate.
+  const half = Math.max(100, Math.floor(bareResult.rps / 2));
+  say(`p99 at ${half} req/s …`);
+  const bareHalf = summarize('bare proxy at half rate', await run(bare.m[1], { rate: half }));
+  const fencedHalf = summarize('fenced redis at half rate', await run(redis.data, { tokens, rate: half }));
+
+  // Memory over a long run at half rate.
+  say(`resident memory over ${SOAK} s …`);
+  const samples = [];
+  const soak = run(redis.data, { tokens, rate: half, seconds: SOAK });
+  const sampler = setInterval(() => void rssKiB(redis.child.pid).then((k) => samples.push(k)), 5000);
+  const soakResult = summarize('soak', await soak);
+  clearInterval(sampler);
+  await stop(redis.child);
+  await stop(bare.child);
+
+  // Clean up the Postgres schema.
+  const c = new pg.Client({ connectionString: PG_URL });
+  await c.connect();
+  await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  await c.end();
+
+  const ratio = (a, b) => (a / b).toFixed(3);
+  const rows = results.map(
+    (r) => `| ${r.name} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} | ${ratio(r.rps, bareResult.rps)} | ${r.bad} |`,
+  );
+  const firstRss = samples[1] ?? samples[0];
+  const lastRss = samples[samples.length - 1];
+  const md = `# Benchmark results
+
+Run ${started.toISOString()} on ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB,
+Node ${process.version}. Everything on loopback, on one machine: load generator (autocannon,
+${CONNECTIONS} connections), upstream, proxy and store share the 2 cores, so absolute numbers
+are low and the ratios are what to read. ${LOCKS} locks, PUT with a 90-byte JSON body, ${SECONDS} s per
+row after a 2 s warm-up. "bad" counts non-2xx answers, errors and timeouts.
+
+## Saturation throughput
+
+| setup | req/s | p50 ms | p99 ms | × bare proxy | bad |
+|---|---|---|---|---|---|
+${rows.join('\n')}
+
+Goals: fenced writes on Redis ≥ 0.85× the bare proxy → **${ratio(redisResult.rps, bareResult.rps)}×**;
+unfenced route ≥ 0.95× → **${ratio(results[2].rps, bareResult.rps)}×**.
+
+## Latency added by fencing at half the bare proxy's saturation rate (${half} req/s)
+
+| setup | req/s | p50 ms | p99 ms | bad |
+|---|---|---|---|---|
+| bare proxy | ${Math.round(bareHalf.rps)} | ${bareHalf.p50} | ${bareHalf.p99} | ${bareHalf.bad} |
+| fenced, redis | ${Math.round(fencedHalf.rps)} | ${fencedHalf.p50} | ${fencedHalf.p99} | ${fencedHalf.bad} |
+
+p99 added by fencing: **${(fencedHalf.p99 - bareHalf.p99).toFixed(2)} ms** (goal ≤ 1 ms).
+
+## Resident memory over ${SOAK} s (fenced, redis, ${half} req/s, ${soakResult.total} requests, ${soakResult.bad} bad)
+
+Samples every 5 s (MiB): ${samples.map((k) => (k / 1024).toFixed(1)).join(', ')}.
+From the second sample to the last: ${firstRss && lastRss ? ((lastRss - firstRss) / 1024).toFixed(1) : '?'} MiB.
+`;
+  await writeFile(join(ROOT, 'bench', 'RESULTS.md'), md);
+  process.stdout.write(`\n${md}`);
+  await rm(tmp, { recursive: true, force: true });
+}
+
+main()
+  .catch((err) => {
+    process.stderr.write(`bench failed: ${err.stack ?? err}\n`);
+    process.exitCode = 1;
+  })
+  .finally(async () => {
+    for (const c of children) await stop(c).catch(() => {});
+  });

@@ -1,0 +1,177 @@
+/**
+ * The `fencegate` command: serve, check, epoch bump, --help, --version.
+ * Errors are one line on stderr and a non-zero exit code.
+ */
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { ConfigError, resolveConfig } from './config.js';
+import type { RawSettings } from './config.js';
+
+const VERSION = (
+  JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }
+).version;
+
+const HELP = `fencegate ${VERSION}: fencing-aware storage proxy gateway and lock issuer
+
+Usage:
+  fencegate serve [options]      run the issuer, gateway and control API
+  fencegate check PATH...        validate policy files or directories; exit 1 on errors
+  fencegate epoch bump --store S start a new token epoch (after restoring a store backup)
+  fencegate --help | --version
+
+serve options (environment variable in brackets):
+  --store DIR|postgres://…|redis://…   lock and fence store [FENCEGATE_STORE] (default ./.fencegate, embedded)
+  --store-namespace NAME               Redis key prefix / Postgres schema [FENCEGATE_STORE_NAMESPACE] (default fg / fencegate)
+  --listen HOST:PORT                   data listener, the proxy [FENCEGATE_LISTEN] (default 127.0.0.1:8080)
+  --control HOST:PORT                  issuer API, /metrics, /healthz, /readyz [FENCEGATE_CONTROL] (default 127.0.0.1:9090)
+  --policies DIR|FILE                  policy YAML [FENCEGATE_POLICIES] (default ./policies)
+  --config FILE                        YAML file with any of these settings
+  --sample HOST:PORT                   also run the sample "orders" upstream (for the demo) [FENCEGATE_SAMPLE]
+  --allow-volatile-redis               start on a Redis without AOF appendfsync always (unsafe) [FENCEGATE_ALLOW_VOLATILE_REDIS]
+  --log-level LEVEL                    fatal|error|warn|info|debug [FENCEGATE_LOG_LEVEL] (default info)
+Port 0 picks a free port; the addresses actually bound are printed at start.
+`;
+
+function fail(message: string): number {
+  process.stderr.write(`fencegate: ${message}\n`);
+  return 2;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
+    process.stdout.write(HELP);
+    return command === undefined ? 2 : 0;
+  }
+  if (command === '--version' || command === '-v') {
+    process.stdout.write(`${VERSION}\n`);
+    return 0;
+  }
+  try {
+    switch (command) {
+      case 'serve':
+        return await serve(rest);
+      case 'check':
+        return await check(rest);
+      case 'epoch':
+        return await epoch(rest);
+      default:
+        return fail(`unknown command "${command}"; see fencegate --help`);
+    }
+  } catch (err) {
+    if (err instanceof ConfigError || (err instanceof TypeError && 'code' in err)) return fail(err.message);
+    throw err;
+  }
+}
+
+async function serve(args: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    strict: true,
+    allowPositionals: true,
+    options: {
+      store: { type: 'string' },
+      'store-namespace': { type: 'string' },
+      listen: { type: 'string' },
+      control: { type: 'string' },
+      policies: { type: 'string' },
+      config: { type: 'string' },
+      sample: { type: 'string' },
+      'allow-volatile-redis': { type: 'boolean' },
+      'log-level': { type: 'string' },
+    },
+  });
+  if (positionals.length > 0) return fail(`serve takes no arguments, got "${positionals[0]}"`);
+  const flags: RawSettings = {
+    store: values.store,
+    storeNamespace: values['store-namespace'],
+    listen: values.listen,
+    control: values.control,
+    policies: values.policies,
+    sample: values.sample,
+    allowVolatileRedis: values['allow-volatile-redis'],
+    logLevel: values['log-level'],
+  };
+  for (const k of Object.keys(flags) as (keyof RawSettings)[]) if (flags[k] === undefined) delete flags[k];
+  const config = resolveConfig({ file: values.config, env: process.env, flags });
+
+  const { startServer, describeReload } = await import('./server.js');
+  const say = (line: string) => process.stdout.write(`fencegate: ${line}\n`);
+  let server;
+  try {
+    server = await startServer(config, say);
+  } catch (err) {
+    return fail(err instanceof Error ? err.message : String(err));
+  }
+  say(
+    `listening data=${server.data} control=${server.control}${server.sample ? ` sample=${server.sample}` : ''}`,
+  );
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string) => {
+      say(`${signal}: shutting down`);
+      process.off('SIGTERM', onTerm);
+      process.off('SIGINT', onInt);
+      process.off('SIGHUP', onHup);
+      void server.close().then(resolve);
+    };
+    const onTerm = () => stop('SIGTERM');
+    const onInt = () => stop('SIGINT');
+    const onHup = () => {
+      void server.policy.reload().then((r) => say(`SIGHUP: ${describeReload(r)}`));
+    };
+    process.on('SIGTERM', onTerm);
+    process.on('SIGINT', onInt);
+    process.on('SIGHUP', onHup);
+  });
+  return 0;
+}
+
+async function check(paths: string[]): Promise<number> {
+  if (paths.length === 0) return fail('check needs at least one policy file or directory');
+  const { loadPolicies, formatPolicyError } = await import('./policy/index.js');
+  let bad = 0;
+  for (const p of paths) {
+    const r = await loadPolicies(p);
+    if (r.ok) {
+      process.stdout.write(`${p}: ok (${r.policy.routes.length} routes)\n`);
+    } else {
+      bad += r.errors.length;
+      for (const e of r.errors) process.stderr.write(`${formatPolicyError(e)}\n`);
+    }
+  }
+  return bad > 0 ? 1 : 0;
+}
+
+async function epoch(args: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    strict: true,
+    allowPositionals: true,
+    options: {
+      store: { type: 'string' },
+      'store-namespace': { type: 'string' },
+      'allow-volatile-redis': { type: 'boolean' },
+    },
+  });
+  if (positionals[0] !== 'bump' || positionals.length !== 1)
+    return fail('usage: fencegate epoch bump --store STORE');
+  const config = resolveConfig({
+    env: process.env,
+    flags: {
+      ...(values.store ? { store: values.store } : {}),
+      ...(values['store-namespace'] ? { storeNamespace: values['store-namespace'] } : {}),
+    },
+  });
+  const { openStore } = await import('./store/index.js');
+  const store = await openStore(config.store, {
+    allowVolatileRedis: values['allow-volatile-redis'] ?? config.allowVolatileRedis,
+    ...(config.storeNamespace ? { namespace: config.storeNamespace } : {}),
+  });
+  try {
+    const e = await store.bumpEpoch();
+    process.stdout.write(`new epoch ${e.id}: every token from now on is above ${e.floor.toString()}\n`);
+    return 0;
+  } finally {
+    await store.close();
+  }
+}

@@ -1,0 +1,8 @@
+/** Public API of the fencegate package. */
+export * from './tokens.js';
+export { PROBLEMS, ProblemError, StoreUnavailableError, problemBody } from './errors.js';
+export type { ProblemCode, ProblemBody } from './errors.js';
+export type * from './store/types.js';
+export { openStore } from './store/index.js';
+export { startServer } from './server.js';
+export * from './client/index.js';

@@ -1,0 +1,108 @@
+/**
+ * The built CLI as a user runs it: help, version, bad flags, an unreachable store,
+ * health and readiness, environment variables, and a clean SIGTERM.
+ */
+import { rm } from 'node:fs/promises';
+import { afterEach, describe, expect, it } from 'vitest';
+import { freePort, runCli, startFencegate, startRedis, tempDir, type FencegateProcess } from '../helpers/procs.js';
+
+const cleanups: (() => Promise<unknown>)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
+});
+
+async function serve(args: string[], env: NodeJS.ProcessEnv = {}): Promise<FencegateProcess> {
+  const dir = await tempDir('fg-cli-');
+  cleanups.push(() => rm(dir, { recursive: true, force: true }));
+  const s = await startFencegate(['--store', dir, ...args], env);
+  cleanups.push(() => s.kill());
+  return s;
+}
+
+const policies = ['--policies', 'test/fixtures/empty-policy.yaml'];
+
+describe('fencegate CLI', () => {
+  it('prints help and version', async () => {
+    const help = await runCli(['--help']);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toContain('fencegate serve');
+    expect(help.stdout).toContain('FENCEGATE_STORE');
+    const v = await runCli(['--version']);
+    expect(v.stdout.trim()).toMatch(/^\d+\.\d+\.\d+$/);
+  });
+
+  it.each([
+    [['serve', '--bogus'], /bogus/],
+    [['serve', '--listen', 'nowhere'], /--listen: "nowhere" is not HOST:PORT/],
+    [['serve', '--control', '127.0.0.1:99999'], /--control/],
+    [['frobnicate'], /unknown command "frobnicate"/],
+    [['serve', 'extra'], /no arguments/],
+  ])('refuses %j with a one-line error', async (args, message) => {
+    const r = await runCli(args);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(message);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+  });
+
+  it('names a bad environment variable', async () => {
+    const r = await runCli(['serve'], { FENCEGATE_LISTEN: 'bad' });
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/FENCEGATE_LISTEN/);
+  });
+
+  it('fails with one line when the store is unreachable', async () => {
+    const port = await freePort();
+    const started = Date.now();
+    const r = await runCli(['serve', '--store', `redis://127.0.0.1:${port}`, ...policies, '--control', '127.0.0.1:0', '--listen', '127.0.0.1:0']);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(r.stderr).toMatch(/redis/i);
+    expect(Date.now() - started).toBeLessThan(20_000);
+    const pg = await runCli(['serve', '--store', `postgres://postgres@127.0.0.1:${port}/x`, ...policies, '--control', '127.0.0.1:0', '--listen', '127.0.0.1:0']);
+    expect(pg.code).not.toBe(0);
+    expect(pg.stderr.trim().split('\n')).toHaveLength(1);
+  });
+
+  it('serves health and readiness on the embedded store and exits cleanly on SIGTERM', async () => {
+    const s = await serve(policies);
+    expect((await fetch(`${s.control}/healthz`)).status).toBe(200);
+    const ready = await fetch(`${s.control}/readyz`);
+    expect(ready.status).toBe(200);
+    expect(await ready.json()).toMatchObject({ ok: true, store: { kind: 'embedded' } });
+    expect(await s.stop()).toBe(0);
+    expect(s.output()).toContain('SIGTERM');
+  });
+
+  it('takes its settings from the environment', async () => {
+    const port = await freePort();
+    const s = await serve(['--control', `127.0.0.1:${port}`], { FENCEGATE_POLICIES: 'test/fixtures/empty-policy.yaml' });
+    expect(s.control).toBe(`http://127.0.0.1:${port}`);
+  });
+
+  it('readyz fails while the store is unreachable and recovers', async () => {
+    const redis = await startRedis();
+    cleanups.push(() => redis.stop());
+    const s = await startFencegate(['--store', redis.url, '--allow-volatile-redis', ...policies]);
+    cleanups.push(() => s.kill());
+    expect((await fetch(`${s.control}/readyz`)).status).toBe(200);
+    await redis.kill();
+    const down = await fetch(`${s.control}/readyz`);
+    expect(down.status).toBe(503);
+    expect((await fetch(`${s.control}/healthz`)).status).toBe(200);
+    const acquire = await fetch(`${s.control}/v1/locks/x/acquire`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"owner":"a"}',
+    });
+    expect(acquire.status).toBe(503);
+    expect(((await acquire.json()) as { type: string }).type).toBe('urn:fencegate:store-unavailable');
+    await redis.restart();
+    const end = Date.now() + 15_000;
+    let status = 0;
+    while (Date.now() < end && status !== 200) {
+      status = (await fetch(`${s.control}/readyz`)).status;
+      if (status !== 200) await new Promise((r) => setTimeout(r, 200));
+    }
+    expect(status).toBe(200);
+  }, 40_000);
+});

@@ -1,0 +1,153 @@
+/**
+ * Real processes for tests: a private redis-server, and the built fencegate CLI.
+ * Everything listens on loopback, on ports the OS picks, and is killed after.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtemp } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+export const BIN = join(ROOT, 'bin', 'fencegate.js');
+
+export async function freePort(): Promise<number> {
+  const srv = createServer();
+  srv.listen(0, '127.0.0.1');
+  await once(srv, 'listening');
+  const port = (srv.address() as { port: number }).port;
+  srv.close();
+  await once(srv, 'close');
+  return port;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export interface RedisProcess {
+  url: string;
+  port: number;
+  dir: string;
+  proc: ChildProcess;
+  /** SIGKILL and wait for exit. */
+  kill(): Promise<void>;
+  /** Start again on the same port and directory (data kept only if persistence was on). */
+  restart(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** A private redis-server (never the shared one). `durable` turns on AOF appendfsync always. */
+export async function startRedis(options: { durable?: boolean } = {}): Promise<RedisProcess> {
+  const port = await freePort();
+  const dir = await mkdtemp(join(tmpdir(), 'fg-redis-'));
+  const args = [
+    '--port',
+    String(port),
+    '--bind',
+    '127.0.0.1',
+    '--dir',
+    dir,
+    '--save',
+    '',
+    '--daemonize',
+    'no',
+  ];
+  args.push(
+    ...(options.durable ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no']),
+  );
+  const r: RedisProcess = {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    dir,
+    proc: undefined as unknown as ChildProcess,
+    async kill() {
+      if (r.proc.exitCode === null && r.proc.signalCode === null) {
+        r.proc.kill('SIGKILL');
+        await once(r.proc, 'exit');
+      }
+    },
+    async restart() {
+      await r.kill();
+      await launch();
+    },
+    stop: () => r.kill(),
+  };
+  async function launch() {
+    r.proc = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    r.proc.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+    const end = Date.now() + 10_000;
+    while (!/Ready to accept connections/.test(out)) {
+      if (r.proc.exitCode !== null) throw new Error(`redis-server exited: ${out}`);
+      if (Date.now() > end) throw new Error(`redis-server did not start: ${out}`);
+      await sleep(20);
+    }
+  }
+  await launch();
+  return r;
+}
+
+export interface FencegateProcess {
+  proc: ChildProcess;
+  data: string;
+  control: string;
+  output(): string;
+  /** SIGTERM and wait for a clean exit; returns the exit code. */
+  stop(): Promise<number | null>;
+  kill(signal?: NodeJS.Signals): Promise<void>;
+}
+
+/** Runs `fencegate serve` from the build (npm test builds first) with port-0 listeners. */
+export async function startFencegate(args: string[], env: NodeJS.ProcessEnv = {}): Promise<FencegateProcess> {
+  const proc = spawn(
+    process.execPath,
+    [BIN, 'serve', '--listen', '127.0.0.1:0', '--control', '127.0.0.1:0', '--log-level', 'warn', ...args],
+    { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let out = '';
+  proc.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+  proc.stderr?.on('data', (d: Buffer) => (out += d.toString()));
+  const end = Date.now() + 20_000;
+  let m: RegExpExecArray | null = null;
+  while (!(m = /listening data=(\S+) control=(\S+)/.exec(out))) {
+    if (proc.exitCode !== null) throw new Error(`fencegate exited ${proc.exitCode}: ${out}`);
+    if (Date.now() > end) {
+      proc.kill('SIGKILL');
+      throw new Error(`fencegate did not start: ${out}`);
+    }
+    await sleep(20);
+  }
+  return {
+    proc,
+    data: m[1] as string,
+    control: m[2] as string,
+    output: () => out,
+    async stop() {
+      if (proc.exitCode !== null) return proc.exitCode;
+      proc.kill('SIGTERM');
+      const [code] = (await once(proc, 'exit')) as [number | null];
+      return code;
+    },
+    async kill(signal: NodeJS.Signals = 'SIGKILL') {
+      if (proc.exitCode !== null || proc.signalCode !== null) return;
+      proc.kill(signal);
+      await once(proc, 'exit');
+    },
+  };
+}
+
+/** Runs the CLI to completion and returns its exit code and output. */
+export async function runCli(args: string[], env: NodeJS.ProcessEnv = {}) {
+  const proc = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, env: { ...process.env, ...env } });
+  let stdout = '';
+  let stderr = '';
+  proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+  proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  const [code] = (await once(proc, 'exit')) as [number | null];
+  return { code, stdout, stderr };
+}
+
+export async function tempDir(prefix: string): Promise<string> {
+  return mkdtemp(join(tmpdir(), prefix));
+}

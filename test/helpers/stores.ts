@@ -1,0 +1,111 @@
+/**
+ * The stores every contract test runs on. Each harness gets a fresh namespace
+ * (Redis key prefix, Postgres schema, embedded directory) and removes it after.
+ * The URLs can be pointed elsewhere with FENCEGATE_TEST_REDIS / FENCEGATE_TEST_POSTGRES.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { Redis } from 'ioredis';
+import type { Store } from '../../src/store/types.js';
+
+export const REDIS_URL = process.env.FENCEGATE_TEST_REDIS ?? 'redis://127.0.0.1:6379';
+export const POSTGRES_URL = process.env.FENCEGATE_TEST_POSTGRES ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+export interface Harness {
+  /** The open store (may be replaced by seedIssued for the embedded store, which reopens). */
+  store: Store;
+  /** Test-only: set the highest issued token of a key directly in the backend. */
+  seedIssued(key: string, token: bigint): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface StoreFixture {
+  name: 'embedded' | 'postgres' | 'redis';
+  open(): Promise<Harness>;
+}
+
+export const uniqueName = (prefix: string) => `${prefix}_${randomBytes(6).toString('hex')}`;
+
+export async function dropPostgresSchema(url: string, schema: string): Promise<void> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  } finally {
+    await c.end();
+  }
+}
+
+export async function deleteRedisPrefix(url: string, prefix: string): Promise<void> {
+  const r = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1 });
+  await r.connect();
+  try {
+    let cursor = '0';
+    do {
+      const [next, keys] = await r.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 500);
+      cursor = next;
+      if (keys.length > 0) await r.del(...keys);
+    } while (cursor !== '0');
+  } finally {
+    r.disconnect();
+  }
+}
+
+export const STORE_FIXTURES: StoreFixture[] = [
+  {
+    name: 'embedded',
+    async open() {
+      const { openEmbeddedStore } = await import('../../src/store/sql/store.js');
+      const { seedEmbeddedIssued } = await import('./sql-seed.js');
+      const dir = await mkdtemp(join(tmpdir(), 'fg-embedded-'));
+      const h: Harness = {
+        store: await openEmbeddedStore(dir),
+        async seedIssued(key, token) {
+          h.store = await seedEmbeddedIssued(h.store, dir, key, token);
+        },
+        async close() {
+          await h.store.close();
+          await rm(dir, { recursive: true, force: true });
+        },
+      };
+      return h;
+    },
+  },
+  {
+    name: 'postgres',
+    async open() {
+      const { openPostgresStore } = await import('../../src/store/sql/store.js');
+      const { seedPostgresIssued } = await import('./sql-seed.js');
+      const schema = uniqueName('fgt');
+      const store = await openPostgresStore(POSTGRES_URL, { namespace: schema });
+      return {
+        store,
+        seedIssued: (key, token) => seedPostgresIssued(POSTGRES_URL, schema, key, token),
+        async close() {
+          await store.close();
+          await dropPostgresSchema(POSTGRES_URL, schema);
+        },
+      };
+    },
+  },
+  {
+    name: 'redis',
+    async open() {
+      const { openRedisStore } = await import('../../src/store/redis/store.js');
+      const { seedRedisIssued } = await import('./redis-seed.js');
+      const prefix = uniqueName('fgt');
+      const store = await openRedisStore(REDIS_URL, { namespace: prefix, allowVolatileRedis: true });
+      return {
+        store,
+        seedIssued: (key, token) => seedRedisIssued(REDIS_URL, prefix, key, token),
+        async close() {
+          await store.close();
+          await deleteRedisPrefix(REDIS_URL, prefix);
+        },
+      };
+    },
+  },
+];

@@ -1,0 +1,352 @@
+/**
+ * One contract, every store: the same behaviour from the embedded, Postgres and
+ * Redis backends. A backend that cannot be reached fails the run (never skipped).
+ */
+import { randomUUID } from 'node:crypto';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Issuer } from '../../src/issuer/service.js';
+import { createMetrics } from '../../src/observe/metrics.js';
+import type { Lease, Store } from '../../src/store/types.js';
+import { MAX_TOKEN } from '../../src/tokens.js';
+import { STORE_FIXTURES, type Harness } from '../helpers/stores.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function grant(store: Store, key: string, owner = 'w', ttlMs = 10_000): Promise<Lease> {
+  const r = await store.tryAcquire({ key, owner, ttlMs });
+  if (!r.ok) throw new Error(`expected a grant for ${key}, got ${JSON.stringify(r)}`);
+  return r.lease;
+}
+
+async function until(cond: () => Promise<boolean>, what: string, timeoutMs = 5000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(10);
+  }
+}
+
+describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
+  let h: Harness;
+  let issuer: Issuer;
+  beforeEach(async () => {
+    h = await fixture.open();
+    issuer = new Issuer(h.store, createMetrics({ defaultMetrics: false }));
+  });
+  afterEach(async () => {
+    issuer.shutdown();
+    await h.close();
+  });
+
+  it('tokens strictly increase per key under 8 concurrent clients × 200 grants', async () => {
+    const keys = ['c:0', 'c:1', 'c:2', 'c:3'];
+    const seen = new Map<string, bigint[]>(keys.map((k) => [k, []]));
+    const client = async (c: number) => {
+      for (let i = 0; i < 200; i++) {
+        const key = keys[(c + i) % keys.length] as string;
+        const r = await issuer.acquire({ key, owner: `client-${c}`, ttlMs: 30_000, waitMs: 60_000 });
+        if (!r.ok) throw new Error(`client ${c} timed out on ${key}`);
+        seen.get(key)?.push(r.lease.token); // recorded while holding: grant order
+        const rel = await issuer.release(key, r.lease.leaseId);
+        expect(rel.ok).toBe(true);
+      }
+    };
+    await Promise.all(Array.from({ length: 8 }, (_, c) => client(c)));
+    let total = 0;
+    for (const [key, tokens] of seen) {
+      total += tokens.length;
+      for (let i = 1; i < tokens.length; i++) {
+        if (!((tokens[i] as bigint) > (tokens[i - 1] as bigint))) {
+          throw new Error(`${key}: token ${tokens[i]} after ${tokens[i - 1]} at grant ${i}`);
+        }
+      }
+    }
+    expect(total).toBe(1600);
+  }, 180_000);
+
+  it('keeps tokens exact above 2^53 and up to 2^63-1', async () => {
+    const key = 'big:1';
+    await grant(h.store, key).then((l) => h.store.release(key, l.leaseId));
+    await h.seedIssued(key, 2n ** 53n + 5n);
+    const a = await grant(h.store, key);
+    expect(a.token).toBe(2n ** 53n + 6n);
+    await h.store.release(key, a.leaseId);
+    const b = await grant(h.store, key);
+    expect(b.token).toBe(2n ** 53n + 7n);
+    await h.store.release(key, b.leaseId);
+
+    await h.seedIssued(key, MAX_TOKEN - 2n);
+    const c = await grant(h.store, key);
+    expect(c.token).toBe(MAX_TOKEN - 1n);
+    expect((await h.store.inspect(key))?.token).toBe(MAX_TOKEN - 1n);
+    await h.store.release(key, c.leaseId);
+    const d = await grant(h.store, key);
+    expect(d.token).toBe(MAX_TOKEN);
+    const admitted = await h.store.admit({
+      lock: key,
+      token: MAX_TOKEN,
+      check: 'token',
+      requestId: randomUUID(),
+      inflightTtlMs: 1000,
+      record: true,
+    });
+    expect(admitted).toMatchObject({ ok: true, highest: MAX_TOKEN });
+  });
+
+  it('refuses a non-owner release and changes nothing', async () => {
+    const key = 'owner:1';
+    const a = await grant(h.store, key, 'alice');
+    const before = await h.store.inspect(key);
+    expect(await h.store.release(key, randomUUID())).toEqual({ ok: false, reason: 'not-owner' });
+    expect(await h.store.release('owner:other', a.leaseId)).toEqual({ ok: false, reason: 'not-owner' });
+    const after = await h.store.inspect(key);
+    expect(after).toMatchObject({ held: true, owner: 'alice', token: a.token, leaseId: a.leaseId });
+    expect(after?.expiresAt).toBe(before?.expiresAt);
+    expect((await h.store.renew(key, a.leaseId, 10_000)).ok).toBe(true);
+    expect(await h.store.release(key, a.leaseId)).toEqual({ ok: true });
+    expect(await h.store.release(key, a.leaseId)).toEqual({ ok: false, reason: 'not-owner' });
+  });
+
+  it('never renews an expired lease, and never once another owner holds the lock', async () => {
+    const key = 'renew:1';
+    const a = await grant(h.store, key, 'alice', 150);
+    await sleep(250);
+    expect(await h.store.renew(key, a.leaseId, 10_000)).toEqual({ ok: false, reason: 'lease-lost' });
+    const b = await h.store.tryAcquire({ key, owner: 'bob', ttlMs: 10_000 });
+    expect(b).toMatchObject({ ok: true, tookOverExpired: true });
+    if (!b.ok) return;
+    expect(b.lease.token).toBeGreaterThan(a.token);
+    expect(await h.store.renew(key, a.leaseId, 10_000)).toEqual({ ok: false, reason: 'lease-lost' });
+    expect(await h.store.release(key, a.leaseId)).toEqual({ ok: false, reason: 'not-owner' });
+    expect(await h.store.inspect(key)).toMatchObject({ held: true, owner: 'bob', token: b.lease.token });
+  });
+
+  it('renews a live lease by the store clock', async () => {
+    const key = 'renew:2';
+    const a = await grant(h.store, key, 'alice', 300);
+    const r = await h.store.renew(key, a.leaseId, 5000);
+    expect(r.ok).toBe(true);
+    if (!r.ok) return;
+    expect(r.lease.token).toBe(a.token);
+    expect(r.lease.expiresAt).toBeGreaterThan(a.expiresAt);
+    await sleep(400);
+    expect((await h.store.inspect(key))?.held).toBe(true);
+  });
+
+  it('serves queued waiters in FIFO order', async () => {
+    const key = 'fifo:1';
+    const holder = await grant(h.store, key, 'holder');
+    const order: string[] = [];
+    const waiters: Promise<void>[] = [];
+    for (let i = 0; i < 5; i++) {
+      waiters.push(
+        issuer.acquire({ key, owner: `w${i}`, ttlMs: 10_000, waitMs: 20_000 }).then(async (r) => {
+          if (!r.ok) throw new Error(`w${i} timed out`);
+          order.push(r.lease.owner);
+          await sleep(5);
+          await issuer.release(key, r.lease.leaseId);
+        }),
+      );
+      await until(async () => (await h.store.inspect(key))?.waiters === i + 1, `waiter ${i} queued`);
+    }
+    await h.store.release(key, holder.leaseId);
+    await Promise.all(waiters);
+    expect(order).toEqual(['w0', 'w1', 'w2', 'w3', 'w4']);
+  });
+
+  it('wakes a waiter when the holder lease expires, without the holder releasing', async () => {
+    const key = 'expiry:1';
+    await grant(h.store, key, 'crashed', 200);
+    const r = await issuer.acquire({ key, owner: 'next', ttlMs: 10_000, waitMs: 5000 });
+    expect(r).toMatchObject({ ok: true, lease: { owner: 'next' } });
+  });
+
+  it('an acquire without a queue place never jumps queued waiters', async () => {
+    const key = 'fair:1';
+    const holder = await grant(h.store, key, 'holder');
+    const waiterId = randomUUID();
+    await h.store.enqueueWaiter(key, waiterId, 10_000);
+    await h.store.release(key, holder.leaseId);
+    expect(await h.store.tryAcquire({ key, owner: 'barger', ttlMs: 1000 })).toMatchObject({
+      ok: false,
+      reason: 'held',
+    });
+    const w = await h.store.tryAcquire({ key, owner: 'queued', ttlMs: 1000, waiterId });
+    expect(w).toMatchObject({ ok: true, lease: { owner: 'queued' } });
+    expect((await h.store.inspect(key))?.waiters).toBe(0);
+  });
+
+  it('forgets a queued waiter after its deadline (a crashed waiter does not block the lock)', async () => {
+    const key = 'fair:2';
+    await h.store.enqueueWaiter(key, randomUUID(), 150);
+    expect((await h.store.tryAcquire({ key, owner: 'x', ttlMs: 1000 })).ok).toBe(false);
+    await sleep(250);
+    expect((await h.store.tryAcquire({ key, owner: 'x', ttlMs: 1000 })).ok).toBe(true);
+  });
+
+  it('a retried acquire with the same requestId does not grant twice', async () => {
+    const key = 'idem:1';
+    const requestId = randomUUID();
+    const first = await h.store.tryAcquire({ key, owner: 'alice', ttlMs: 10_000, requestId });
+    const again = await h.store.tryAcquire({ key, owner: 'alice', ttlMs: 10_000, requestId });
+    expect(first).toMatchObject({ ok: true, replayed: false });
+    expect(again).toMatchObject({ ok: true, replayed: true });
+    if (!first.ok || !again.ok) return;
+    expect(again.lease.leaseId).toBe(first.lease.leaseId);
+    expect(again.lease.token).toBe(first.lease.token);
+    expect((await h.store.inspect(key))?.issued).toBe(first.lease.token);
+    // Another owner reusing the id gets no grant out of it.
+    expect((await h.store.tryAcquire({ key, owner: 'mallory', ttlMs: 10_000, requestId })).ok).toBe(false);
+    // After release, the replay still returns the old lease rather than granting anew.
+    await h.store.release(key, first.lease.leaseId);
+    const late = await h.store.tryAcquire({ key, owner: 'alice', ttlMs: 10_000, requestId });
+    expect(late).toMatchObject({ ok: true, replayed: true });
+    expect((await h.store.inspect(key))?.issued).toBe(first.lease.token);
+  });
+
+  it('inspect answers null for a key never issued, and reports holder and waiters', async () => {
+    expect(await h.store.inspect('never:1')).toBeNull();
+    const a = await grant(h.store, 'insp:1', 'alice', 5000);
+    await h.store.enqueueWaiter('insp:1', randomUUID(), 5000);
+    const s = await h.store.inspect('insp:1');
+    expect(s).toMatchObject({
+      key: 'insp:1',
+      held: true,
+      owner: 'alice',
+      token: a.token,
+      issued: a.token,
+      waiters: 1,
+    });
+    const listed = await h.store.listLocks(100);
+    expect(listed.map((l) => l.key)).toContain('insp:1');
+  });
+
+  it('watch() delivers a release to a subscriber', async () => {
+    const key = 'watch:1';
+    const a = await grant(h.store, key);
+    let calls = 0;
+    const off = await h.store.watch(key, () => calls++);
+    await h.store.release(key, a.leaseId);
+    await until(async () => calls > 0, 'a notification');
+    off();
+  });
+
+  it('handles awkward keys: braces, slashes, unicode, 256 bytes', async () => {
+    const keys = ['{a}', 'a}{b', 'tenant/{x}/order:1', 'ключ:日本', 'k'.repeat(256)];
+    const tokens = new Set<bigint>();
+    for (const key of keys) {
+      const l = await grant(h.store, key);
+      tokens.add(l.token);
+      expect((await h.store.inspect(key))?.owner).toBe('w');
+      expect(await h.store.release(key, l.leaseId)).toEqual({ ok: true });
+    }
+    expect(await h.store.inspect('a}')).toBeNull();
+  });
+
+  describe('fences', () => {
+    const admit = (
+      store: Store,
+      lock: string,
+      token: bigint,
+      extra: Partial<Parameters<Store['admit']>[0]> = {},
+    ) =>
+      store.admit({
+        lock,
+        token,
+        check: 'token',
+        requestId: randomUUID(),
+        inflightTtlMs: 5000,
+        record: true,
+        ...extra,
+      });
+
+    it('admits the current token, refuses older (stale) and never-issued (forged) ones', async () => {
+      const lock = 'f:1';
+      expect(await admit(h.store, lock, 5n)).toMatchObject({ ok: false, reason: 'forged' });
+      const a = await grant(h.store, lock, 'a', 100);
+      await sleep(150);
+      const b = await grant(h.store, lock, 'b');
+      expect(await admit(h.store, lock, b.token)).toMatchObject({
+        ok: true,
+        highest: b.token,
+        lowerInflight: 0,
+      });
+      expect(await admit(h.store, lock, a.token)).toMatchObject({
+        ok: false,
+        reason: 'stale',
+        highest: b.token,
+      });
+      expect(await admit(h.store, lock, b.token + 1n)).toMatchObject({ ok: false, reason: 'forged' });
+      expect(await admit(h.store, lock, b.token)).toMatchObject({ ok: true }); // same token again
+      expect((await h.store.inspect(lock))?.highest).toBe(b.token);
+    });
+
+    it('shadow admission (record: false) gives the verdict and moves nothing', async () => {
+      const lock = 'f:2';
+      const a = await grant(h.store, lock, 'a', 100);
+      await sleep(150);
+      const b = await grant(h.store, lock, 'b');
+      expect(await admit(h.store, lock, b.token, { record: false })).toMatchObject({ ok: true });
+      expect((await h.store.inspect(lock))?.highest ?? null).toBeNull();
+      expect(await admit(h.store, lock, a.token)).toMatchObject({ ok: true });
+      expect(await admit(h.store, lock, a.token, { record: false })).toMatchObject({ ok: true });
+      expect((await h.store.lowerInflight(lock, b.token)).count).toBe(1);
+    });
+
+    it('check "lease" refuses a token whose lease is not live now', async () => {
+      const lock = 'f:3';
+      const a = await grant(h.store, lock, 'a', 150);
+      expect(await admit(h.store, lock, a.token, { check: 'lease' })).toMatchObject({ ok: true });
+      await sleep(250);
+      expect(await admit(h.store, lock, a.token, { check: 'lease' })).toMatchObject({
+        ok: false,
+        reason: 'lease-expired',
+      });
+      expect(await admit(h.store, lock, a.token, { check: 'token' })).toMatchObject({ ok: true });
+    });
+
+    it('counts lower-token writes in flight until they finish or their deadline passes', async () => {
+      const lock = 'f:4';
+      const a = await grant(h.store, lock, 'a', 100);
+      const r1 = randomUUID();
+      const r2 = randomUUID();
+      expect(await admit(h.store, lock, a.token, { requestId: r1 })).toMatchObject({
+        ok: true,
+        lowerInflight: 0,
+      });
+      expect(await admit(h.store, lock, a.token, { requestId: r2, inflightTtlMs: 300 })).toMatchObject({
+        ok: true,
+      });
+      await sleep(150);
+      const b = await grant(h.store, lock, 'b');
+      let notified = 0;
+      const off = await h.store.watch(lock, () => notified++);
+      expect(await admit(h.store, lock, b.token)).toMatchObject({ ok: true, lowerInflight: 2 });
+      const state = await h.store.lowerInflight(lock, b.token);
+      expect(state.count).toBe(2);
+      expect(state.nextDeadline).not.toBeNull();
+      await h.store.finish(lock, r1);
+      await until(async () => notified > 0, 'finish notification');
+      expect((await h.store.lowerInflight(lock, b.token)).count).toBe(1);
+      await sleep(350); // r2's deadline passes: a crashed gateway stops counting
+      expect((await h.store.lowerInflight(lock, b.token)).count).toBe(0);
+      off();
+    });
+
+    it('a bumped epoch puts every later token above the floor and refuses older ones', async () => {
+      const lock = 'f:5';
+      const a = await grant(h.store, lock, 'a');
+      expect(await admit(h.store, lock, a.token)).toMatchObject({ ok: true });
+      await sleep(5); // the floor is the store clock in ms × 1000: let a millisecond pass
+      const epoch = await h.store.bumpEpoch();
+      expect(epoch.floor).toBeGreaterThanOrEqual(a.token);
+      await h.store.release(lock, a.leaseId);
+      const b = await grant(h.store, lock, 'b');
+      expect(b.token).toBeGreaterThan(epoch.floor);
+      expect(await admit(h.store, lock, a.token)).toMatchObject({ ok: false, reason: 'stale' });
+      expect(await admit(h.store, lock, b.token)).toMatchObject({ ok: true });
+      const health = await h.store.health();
+      expect(health).toMatchObject({ ok: true, epoch: { id: epoch.id, floor: epoch.floor } });
+    });
+  });
+});
