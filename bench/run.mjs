@@ -62,8 +62,21 @@ async function stop(child) {
 async function fencegate(store, policyDir, extra = []) {
   const { child, m } = await spawnUntil(
     process.execPath,
-    [join(ROOT, 'bin/fencegate.js'), 'serve', '--store', store, '--policies', policyDir,
-      '--listen', '127.0.0.1:0', '--control', '127.0.0.1:0', '--log-level', 'error', ...extra],
+    [
+      join(ROOT, 'bin/fencegate.js'),
+      'serve',
+      '--store',
+      store,
+      '--policies',
+      policyDir,
+      '--listen',
+      '127.0.0.1:0',
+      '--control',
+      '127.0.0.1:0',
+      '--log-level',
+      'error',
+      ...extra,
+    ],
     /listening data=(\S+) control=(\S+)/,
   );
   return { child, data: m[1], control: m[2] };
@@ -186,13 +199,32 @@ routes:
   const redisPort = await freePort();
   const redisDir = join(tmp, 'redis');
   await (await import('node:fs/promises')).mkdir(redisDir);
-  await spawnUntil('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--dir', redisDir, '--save', '',
-    '--appendonly', 'yes', '--appendfsync', 'always'], /Ready to accept connections/);
+  await spawnUntil(
+    'redis-server',
+    [
+      '--port',
+      String(redisPort),
+      '--bind',
+      '127.0.0.1',
+      '--dir',
+      redisDir,
+      '--save',
+      '',
+      '--appendonly',
+      'yes',
+      '--appendfsync',
+      'always',
+    ],
+    /Ready to accept connections/,
+  );
   const redis = await fencegate(`redis://127.0.0.1:${redisPort}`, policyDir);
   say(`fencegate fenced, redis …`);
   tokens = await acquireTokens(redis.control, 'order');
   await run(redis.data, { tokens, seconds: 2 });
-  const redisResult = summarize('fencegate fenced, redis store (AOF always)', await run(redis.data, { tokens }));
+  const redisResult = summarize(
+    'fencegate fenced, redis store (AOF always)',
+    await run(redis.data, { tokens }),
+  );
   results.push(redisResult);
 
   // Latency at half the bare proxy's saturation rate.
@@ -219,7 +251,8 @@ routes:
 
   const ratio = (a, b) => (a / b).toFixed(3);
   const rows = results.map(
-    (r) => `| ${r.name} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} | ${ratio(r.rps, bareResult.rps)} | ${r.bad} |`,
+    (r) =>
+      `| ${r.name} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} | ${ratio(r.rps, bareResult.rps)} | ${r.bad} |`,
   );
   const firstRss = samples[1] ?? samples[0];
   const lastRss = samples[samples.length - 1];

@@ -17,7 +17,7 @@ export async function call<T>(
     signal: AbortSignal.any(signals),
   });
   const text = await res.text();
-  let parsed: unknown = null;
+  let parsed: unknown;
   try {
     parsed = text.length > 0 ? JSON.parse(text) : null;
   } catch {

@@ -2,8 +2,8 @@
 export const MAX_KEY_BYTES = 256;
 
 // C0 and C1 controls, DEL, and lone surrogates (which cannot be valid UTF-8).
-// eslint-disable-next-line no-control-regex
 const FORBIDDEN =
+  // eslint-disable-next-line no-control-regex
   /[\u0000-\u001f\u007f-\u009f]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 export type KeyCheck = { ok: true } | { ok: false; reason: string };

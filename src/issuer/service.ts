@@ -73,7 +73,7 @@ export class Issuer {
     const waiterId = randomUUID();
     const deadline = Date.now() + input.waitMs;
     let wake: (() => void) | null = null;
-    let dirty = false;
+    let dirty: boolean;
     const unwatch = await this.store.watch(input.key, () => {
       dirty = true;
       wake?.();

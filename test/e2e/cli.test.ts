@@ -4,7 +4,14 @@
  */
 import { rm } from 'node:fs/promises';
 import { afterEach, describe, expect, it } from 'vitest';
-import { freePort, runCli, startFencegate, startRedis, tempDir, type FencegateProcess } from '../helpers/procs.js';
+import {
+  freePort,
+  runCli,
+  startFencegate,
+  startRedis,
+  tempDir,
+  type FencegateProcess,
+} from '../helpers/procs.js';
 
 const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
@@ -53,12 +60,30 @@ describe('fencegate CLI', () => {
   it('fails with one line when the store is unreachable', async () => {
     const port = await freePort();
     const started = Date.now();
-    const r = await runCli(['serve', '--store', `redis://127.0.0.1:${port}`, ...policies, '--control', '127.0.0.1:0', '--listen', '127.0.0.1:0']);
+    const r = await runCli([
+      'serve',
+      '--store',
+      `redis://127.0.0.1:${port}`,
+      ...policies,
+      '--control',
+      '127.0.0.1:0',
+      '--listen',
+      '127.0.0.1:0',
+    ]);
     expect(r.code).not.toBe(0);
     expect(r.stderr.trim().split('\n')).toHaveLength(1);
     expect(r.stderr).toMatch(/redis/i);
     expect(Date.now() - started).toBeLessThan(20_000);
-    const pg = await runCli(['serve', '--store', `postgres://postgres@127.0.0.1:${port}/x`, ...policies, '--control', '127.0.0.1:0', '--listen', '127.0.0.1:0']);
+    const pg = await runCli([
+      'serve',
+      '--store',
+      `postgres://postgres@127.0.0.1:${port}/x`,
+      ...policies,
+      '--control',
+      '127.0.0.1:0',
+      '--listen',
+      '127.0.0.1:0',
+    ]);
     expect(pg.code).not.toBe(0);
     expect(pg.stderr.trim().split('\n')).toHaveLength(1);
   });
@@ -75,7 +100,9 @@ describe('fencegate CLI', () => {
 
   it('takes its settings from the environment', async () => {
     const port = await freePort();
-    const s = await serve(['--control', `127.0.0.1:${port}`], { FENCEGATE_POLICIES: 'test/fixtures/empty-policy.yaml' });
+    const s = await serve(['--control', `127.0.0.1:${port}`], {
+      FENCEGATE_POLICIES: 'test/fixtures/empty-policy.yaml',
+    });
     expect(s.control).toBe(`http://127.0.0.1:${port}`);
   });
 

@@ -59,7 +59,9 @@ describe('README walk-through', () => {
     expect(await order.json()).toMatchObject({ id: '42', body: { status: 'shipped' } });
 
     // The service saw exactly two writes, A's first and B's.
-    const writes = (await (await fetch('http://127.0.0.1:9000/_writes')).json()) as { fencingToken: string }[];
+    const writes = (await (await fetch('http://127.0.0.1:9000/_writes')).json()) as {
+      fencingToken: string;
+    }[];
     expect(writes.map((w) => w.fencingToken)).toEqual([a.token, b.token]);
 
     const lease = await fetch(`${fg.control}/v1/locks/order%3A42/renew`, {

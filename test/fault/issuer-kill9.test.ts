@@ -15,7 +15,11 @@ afterEach(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
-async function post(base: string, path: string, body: unknown): Promise<{ status: number; json: Record<string, string> }> {
+async function post(
+  base: string,
+  path: string,
+  body: unknown,
+): Promise<{ status: number; json: Record<string, string> }> {
   const res = await fetch(`${base}${path}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -38,7 +42,11 @@ describe('kill -9 on the embedded store', () => {
       while (running) {
         const key = keys[(w + i++) % keys.length] as string;
         try {
-          const a = await post(control, `/v1/locks/${key}/acquire`, { owner: `w${w}`, ttlMs: 300, waitMs: 2000 });
+          const a = await post(control, `/v1/locks/${key}/acquire`, {
+            owner: `w${w}`,
+            ttlMs: 300,
+            waitMs: 2000,
+          });
           if (a.status !== 200) continue;
           acked.get(key)?.push(BigInt(a.json.token as string));
           await post(control, `/v1/locks/${key}/release`, { leaseId: a.json.leaseId });
@@ -59,7 +67,11 @@ describe('kill -9 on the embedded store', () => {
     server = await startFencegate(['--store', dir, '--policies', 'test/fixtures/empty-policy.yaml']);
     // One more grant per key after the last crash, above everything acknowledged before.
     for (const key of keys) {
-      const a = await post(server.control, `/v1/locks/${key}/acquire`, { owner: 'final', ttlMs: 300, waitMs: 2000 });
+      const a = await post(server.control, `/v1/locks/${key}/acquire`, {
+        owner: 'final',
+        ttlMs: 300,
+        waitMs: 2000,
+      });
       expect(a.status).toBe(200);
       acked.get(key)?.push(BigInt(a.json.token as string));
     }

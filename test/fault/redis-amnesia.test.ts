@@ -61,9 +61,9 @@ describe('Redis restarted empty', () => {
 
   it('refuses to start on a Redis without AOF always unless told', async () => {
     redis = await startRedis({ durable: false });
-    await expect(startFencegate(['--store', redis.url, '--policies', 'test/fixtures/empty-policy.yaml'])).rejects.toThrow(
-      /appendfsync|--allow-volatile-redis/,
-    );
+    await expect(
+      startFencegate(['--store', redis.url, '--policies', 'test/fixtures/empty-policy.yaml']),
+    ).rejects.toThrow(/appendfsync|--allow-volatile-redis/);
   });
 
   it('starts on a Redis with AOF appendfsync always', async () => {

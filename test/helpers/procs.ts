@@ -109,7 +109,7 @@ export async function startFencegate(args: string[], env: NodeJS.ProcessEnv = {}
   proc.stdout?.on('data', (d: Buffer) => (out += d.toString()));
   proc.stderr?.on('data', (d: Buffer) => (out += d.toString()));
   const end = Date.now() + 20_000;
-  let m: RegExpExecArray | null = null;
+  let m: RegExpExecArray | null;
   while (!(m = /listening data=(\S+) control=(\S+)/.exec(out))) {
     if (proc.exitCode !== null) throw new Error(`fencegate exited ${proc.exitCode}: ${out}`);
     if (Date.now() > end) {

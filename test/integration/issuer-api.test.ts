@@ -60,7 +60,13 @@ describe('issuer API', () => {
     expect(held.headers['retry-after']).toBeDefined();
 
     const i = await app.inject({ method: 'GET', url: '/v1/locks/order%3A42' });
-    expect(i.json()).toMatchObject({ key: 'order:42', held: true, owner: 'w1', token: lease.token, waiters: 0 });
+    expect(i.json()).toMatchObject({
+      key: 'order:42',
+      held: true,
+      owner: 'w1',
+      token: lease.token,
+      waiters: 0,
+    });
 
     const r = await post('/v1/locks/order%3A42/renew', { leaseId: lease.leaseId, ttlMs: 8000 });
     expect(r.statusCode).toBe(200);

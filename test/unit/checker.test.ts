@@ -308,16 +308,36 @@ describe('checkHistory: the first violation, and its context', () => {
 describe('appliedFromSample: the sample upstream record', () => {
   it('converts the OrderBook log; the writer comes from the grant', () => {
     const book = new OrderBook();
-    book.apply('PUT', '42', { a: 1 }, { fencingToken: '41', requestId: 'g1', bytes: 7, lock: null, clientRequestId: null, writer: null });
-    book.apply('PUT', '42', { a: 2 }, { fencingToken: '42', requestId: 'g2', bytes: 7, lock: null, clientRequestId: null, writer: null });
+    book.apply(
+      'PUT',
+      '42',
+      { a: 1 },
+      { fencingToken: '41', requestId: 'g1', bytes: 7, lock: null, clientRequestId: null, writer: null },
+    );
+    book.apply(
+      'PUT',
+      '42',
+      { a: 2 },
+      { fencingToken: '42', requestId: 'g2', bytes: 7, lock: null, clientRequestId: null, writer: null },
+    );
     const grants = [grant('41', 'A'), grant('42', 'B')];
     const operations = [op('c1', '41', 'A', 201), op('c2', '42', 'B', 200)];
     const records = appliedFromSample(book.writes(), orderLock);
     expect(records[0]).toMatchObject({ seq: 1, lock: 'order:42', token: '41', requestId: 'g1' });
     expect(checkHistory({ grants, applied: records, operations }).ok).toBe(true);
 
-    book.apply('PUT', '42', { a: 3 }, { fencingToken: '41', requestId: 'g3', bytes: 7, lock: null, clientRequestId: null, writer: null });
-    book.apply('PUT', '42', { a: 4 }, { fencingToken: null, requestId: null, bytes: 7, lock: null, clientRequestId: null, writer: null });
+    book.apply(
+      'PUT',
+      '42',
+      { a: 3 },
+      { fencingToken: '41', requestId: 'g3', bytes: 7, lock: null, clientRequestId: null, writer: null },
+    );
+    book.apply(
+      'PUT',
+      '42',
+      { a: 4 },
+      { fencingToken: null, requestId: null, bytes: 7, lock: null, clientRequestId: null, writer: null },
+    );
     const late = checkHistory({ grants, applied: appliedFromSample(book.writes(), orderLock), operations });
     expect(violationOf(late).kind).toBe('stale-owner');
   });

@@ -19,7 +19,10 @@ describe('config', () => {
   it('layers file < environment < flags', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'fg-cfg-'));
     const file = join(dir, 'fencegate.yaml');
-    await writeFile(file, 'store: /from/file\nlisten: 127.0.0.1:1000\ncontrol: "[::1]:2000"\nmaxTtlMs: 60000\n');
+    await writeFile(
+      file,
+      'store: /from/file\nlisten: 127.0.0.1:1000\ncontrol: "[::1]:2000"\nmaxTtlMs: 60000\n',
+    );
     const c = resolveConfig({
       file,
       env: { FENCEGATE_LISTEN: '127.0.0.1:1001', FENCEGATE_STORE: 'redis://env' },
