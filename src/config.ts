@@ -113,7 +113,9 @@ function applyOne(cfg: ServeConfig, key: keyof ServeConfig, value: string | numb
       break;
     case 'name':
       if (typeof value !== 'string' || !/^[a-z_][a-z0-9_]{0,62}$/.test(value)) {
-        throw new ConfigError(`${where}: "${String(value)}" must be a lower-case identifier (a-z, 0-9, _), at most 63 characters`);
+        throw new ConfigError(
+          `${where}: "${String(value)}" must be a lower-case identifier (a-z, 0-9, _), at most 63 characters`,
+        );
       }
       target[key] = value;
       break;

@@ -8,8 +8,7 @@ export type FencedReason = 'stale' | 'forged' | 'missing' | 'lease' | 'malformed
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
   const registry = new Registry();
-  if (options.defaultMetrics ?? true)
-    collectDefaultMetrics({ register: registry, prefix: 'fencegate_' });
+  if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: 'fencegate_' });
   const registers = [registry];
   return {
     registry,
