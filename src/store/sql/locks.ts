@@ -1,0 +1,164 @@
+/**
+ * The lock issuer's operations on the SQL schema: acquire (with idempotent replay
+ * and the FIFO waiter queue), renew, release, inspect, waiters, listLocks.
+ * Semantics are those documented in src/store/types.ts.
+ */
+import { randomUUID } from 'node:crypto';
+import type { AcquireRequest, AcquireResult, LockState, ReleaseResult, RenewResult } from '../types.js';
+import { big, bigOrNull, ms, msOrNull, one, type SqlContext } from './context.js';
+import type { AcquireContextRow, GrantRow, LockRow, RenewRow } from './queries.js';
+
+/** Idempotency records are kept at least this long (and at least the lease's ttl). */
+export const MIN_REPLAY_MS = 10 * 60 * 1000;
+
+/** Durations reach SQL as bigint; a fractional ms is truncated, never a cast error. */
+function wholeMs(value: number): number {
+  return Number.isFinite(value) ? Math.max(0, Math.trunc(value)) : 0;
+}
+
+function replayed(req: AcquireRequest, c: AcquireContextRow): AcquireResult | null {
+  if (c.replay_lease_id === null || c.replay_token === null) return null;
+  if (c.replay_expires_at === null || c.replay_ttl_ms === null) return null;
+  // Still the current lease: report it as renewed since; otherwise as first granted.
+  const current = c.lease_id === c.replay_lease_id && c.expires_at !== null && c.ttl_ms !== null;
+  return {
+    ok: true,
+    replayed: true,
+    tookOverExpired: c.replay_took_over === true,
+    lease: {
+      key: req.key,
+      owner: req.owner,
+      leaseId: c.replay_lease_id,
+      token: big(c.replay_token),
+      expiresAt: ms(current && c.expires_at !== null ? c.expires_at : c.replay_expires_at),
+      ttlMs: ms(current && c.ttl_ms !== null ? c.ttl_ms : c.replay_ttl_ms),
+    },
+  };
+}
+
+/** Why the attempt must wait, as the earliest time the state may change without a notification. */
+function heldFor(req: AcquireRequest, c: AcquireContextRow): number | null {
+  const now = ms(c.now);
+  const expiresAt = msOrNull(c.expires_at);
+  const waits: number[] = [];
+  if (c.lease_id !== null && expiresAt !== null && expiresAt > now) waits.push(expiresAt - now);
+  // A live waiter ahead of us: the head of the queue, unless that is us.
+  if (c.head_waiter_id !== null && c.head_waiter_id !== req.waiterId) {
+    const deadline = msOrNull(c.head_deadline);
+    waits.push(deadline === null ? 1 : deadline - now);
+  }
+  return waits.length === 0 ? null : Math.max(1, Math.min(...waits));
+}
+
+export function tryAcquire(ctx: SqlContext, req: AcquireRequest): Promise<AcquireResult> {
+  const ttlMs = wholeMs(req.ttlMs);
+  return ctx.driver.transaction(async (tx) => {
+    await tx.query(ctx.q.ensure_key, [req.key]);
+    const c = one(
+      await tx.query<AcquireContextRow>(ctx.q.acquire_context, [req.key, req.requestId ?? null, req.owner]),
+      'acquire_context',
+    );
+    const replay = replayed(req, c);
+    if (replay) return replay;
+    const retryAfterMs = heldFor(req, c);
+    if (retryAfterMs !== null) return { ok: false, reason: 'held', retryAfterMs };
+
+    const leaseId = randomUUID();
+    const tookOverExpired = c.lease_id !== null; // a lease is there, but lapsed and never released
+    const keepUntil = ms(c.now) + Math.max(ttlMs, MIN_REPLAY_MS);
+    const g = one(
+      await tx.query<GrantRow>(ctx.q.grant, [
+        req.key,
+        leaseId,
+        req.owner,
+        ttlMs,
+        c.now,
+        req.requestId ?? null,
+        req.waiterId ?? null,
+        tookOverExpired,
+        keepUntil,
+      ]),
+      'grant',
+    );
+    return {
+      ok: true,
+      replayed: false,
+      tookOverExpired,
+      lease: {
+        key: req.key,
+        owner: req.owner,
+        leaseId,
+        token: big(g.token),
+        expiresAt: ms(g.expires_at),
+        ttlMs,
+      },
+    };
+  });
+}
+
+export async function renew(
+  ctx: SqlContext,
+  key: string,
+  leaseId: string,
+  ttlMs: number,
+): Promise<RenewResult> {
+  const ttl = wholeMs(ttlMs);
+  const rows = await ctx.driver.query<RenewRow>(ctx.q.renew, [key, leaseId, ttl]);
+  const r = rows[0];
+  if (r === undefined) return { ok: false, reason: 'lease-lost' };
+  return {
+    ok: true,
+    lease: { key, owner: r.owner, leaseId, token: big(r.token), expiresAt: ms(r.expires_at), ttlMs: ttl },
+  };
+}
+
+export async function release(ctx: SqlContext, key: string, leaseId: string): Promise<ReleaseResult> {
+  const r = one(
+    await ctx.driver.query<{ released: number }>(ctx.q.release, [key, leaseId, ctx.channel]),
+    'release',
+  );
+  return r.released > 0 ? { ok: true } : { ok: false, reason: 'not-owner' };
+}
+
+function lockState(r: LockRow): LockState | null {
+  if (r.issued === null) return null;
+  const now = ms(r.now);
+  const expiresAt = msOrNull(r.expires_at);
+  const held = r.lease_id !== null && r.token !== null && expiresAt !== null && expiresAt > now;
+  const issued = big(r.issued);
+  return {
+    key: r.key,
+    held,
+    owner: held ? r.owner : null,
+    leaseId: held ? r.lease_id : null,
+    token: held && r.token !== null ? big(r.token) : issued,
+    issued,
+    expiresAt: held ? expiresAt : null,
+    waiters: r.waiters,
+    highest: bigOrNull(r.highest),
+  };
+}
+
+export async function inspect(ctx: SqlContext, key: string): Promise<LockState | null> {
+  const r = (await ctx.driver.query<LockRow>(ctx.q.inspect, [key]))[0];
+  return r === undefined ? null : lockState(r);
+}
+
+export async function listLocks(ctx: SqlContext, limit: number): Promise<LockState[]> {
+  const n = Math.min(wholeMs(limit), 10_000);
+  if (n === 0) return [];
+  const rows = await ctx.driver.query<LockRow>(ctx.q.list_locks, [n]);
+  return rows.map(lockState).filter((s): s is LockState => s !== null);
+}
+
+export function enqueueWaiter(ctx: SqlContext, key: string, waiterId: string, waitMs: number): Promise<void> {
+  return ctx.driver.transaction(async (tx) => {
+    // Under the key's row lock, so seq order is commit order for this key.
+    await tx.query(ctx.q.ensure_key, [key]);
+    await tx.query(ctx.q.enqueue_waiter, [key, waiterId, wholeMs(waitMs)]);
+  });
+}
+
+export async function removeWaiter(ctx: SqlContext, key: string, waiterId: string): Promise<void> {
+  await ctx.driver.query(ctx.q.remove_waiter, [key, waiterId, ctx.channel]);
+}

@@ -1,0 +1,270 @@
+-- The statements of the SQL stores, one per `-- name:` section, shared by the
+-- Postgres and embedded drivers. {schema} is the quoted schema name. Every
+-- parameter carries an explicit cast (PGlite and pg infer types differently).
+-- Every bigint comes back as text and becomes a bigint in TypeScript: tokens
+-- exceed 2^53. Times are store-clock ms ({schema}.now_ms()).
+--
+-- Operations that decide on a key's state run in one transaction that first
+-- locks the key's row (ensure_key or lock_key), then reads (…_context), then
+-- writes; so concurrent processes are serialised per key.
+
+-- name: init_lock
+-- Serialises schema creation across processes. $1 namespace.
+SELECT pg_advisory_xact_lock(hashtextextended('fencegate:schema:' || $1::text, 0));
+
+-- name: schema_version
+SELECT value FROM {schema}.meta WHERE name = 'schema_version';
+
+-- name: ensure_key
+-- Creates the key's row (floor = store clock × 1000) or, if it exists, locks it:
+-- ON CONFLICT DO UPDATE … WHERE false locks the existing row without writing it.
+-- $1 key
+INSERT INTO {schema}.locks AS l (key, floor)
+VALUES ($1::text, {schema}.now_ms() * 1000)
+ON CONFLICT (key) DO UPDATE SET floor = l.floor WHERE false;
+
+-- name: lock_key
+-- Locks the key's row if it exists (no row: nothing was ever issued). $1 key
+SELECT 1 AS found FROM {schema}.locks WHERE key = $1::text FOR UPDATE;
+
+-- name: acquire_context
+-- Read after the row is locked, so now is taken after any wait for the lock.
+-- $1 key, $2 request id (NULL: none), $3 owner
+SELECT n.now::text         AS now,
+       e.floor::text       AS epoch_floor,
+       l.floor::text       AS key_floor,
+       l.issued::text      AS issued,
+       l.lease_id,
+       l.owner,
+       l.token::text       AS token,
+       l.ttl_ms::text      AS ttl_ms,
+       l.expires_at::text  AS expires_at,
+       g.lease_id          AS replay_lease_id,
+       g.token::text       AS replay_token,
+       g.ttl_ms::text      AS replay_ttl_ms,
+       g.expires_at::text  AS replay_expires_at,
+       g.took_over         AS replay_took_over,
+       h.waiter_id         AS head_waiter_id,
+       h.deadline::text    AS head_deadline
+  FROM (SELECT {schema}.now_ms() AS now) n
+  JOIN {schema}.locks l ON l.key = $1::text
+  LEFT JOIN {schema}.epoch e ON true
+  LEFT JOIN {schema}.grants g
+         ON g.key = $1::text AND g.request_id = $2::text AND g.owner = $3::text AND g.keep_until > n.now
+  LEFT JOIN LATERAL (
+        SELECT w.waiter_id, w.deadline
+          FROM {schema}.waiters w
+         WHERE w.key = $1::text AND w.deadline > n.now
+         ORDER BY w.seq
+         LIMIT 1) h ON true;
+
+-- name: grant
+-- Mints the next token (above the key's last token or floor, and above the epoch
+-- floor), installs the lease, records the request id, removes the winning waiter
+-- and prunes the key's expired waiters and idempotency records.
+-- $1 key, $2 lease id, $3 owner, $4 ttl ms, $5 now, $6 request id (NULL: none),
+-- $7 waiter id (NULL: none), $8 took over a lapsed lease, $9 keep record until
+WITH minted AS (
+  UPDATE {schema}.locks l
+     SET issued     = greatest(coalesce(l.issued, l.floor), coalesce((SELECT e.floor FROM {schema}.epoch e), 0)) + 1,
+         token      = greatest(coalesce(l.issued, l.floor), coalesce((SELECT e.floor FROM {schema}.epoch e), 0)) + 1,
+         lease_id   = $2::text,
+         owner      = $3::text,
+         ttl_ms     = $4::bigint,
+         expires_at = $5::bigint + $4::bigint
+   WHERE l.key = $1::text
+  RETURNING l.token, l.expires_at
+), recorded AS (
+  INSERT INTO {schema}.grants AS g (key, request_id, owner, lease_id, token, ttl_ms, expires_at, took_over, keep_until)
+  SELECT $1::text, $6::text, $3::text, $2::text, m.token, $4::bigint, m.expires_at, $8::boolean, $9::bigint
+    FROM minted m
+   WHERE $6::text IS NOT NULL
+  ON CONFLICT (key, request_id, owner) DO UPDATE
+     SET lease_id = excluded.lease_id, token = excluded.token, ttl_ms = excluded.ttl_ms,
+         expires_at = excluded.expires_at, took_over = excluded.took_over, keep_until = excluded.keep_until
+), pruned_grants AS (
+  DELETE FROM {schema}.grants
+   WHERE key = $1::text AND keep_until <= $5::bigint AND request_id IS DISTINCT FROM $6::text
+), dequeued AS (
+  DELETE FROM {schema}.waiters
+   WHERE key = $1::text AND (waiter_id = $7::text OR deadline <= $5::bigint)
+)
+SELECT token::text AS token, expires_at::text AS expires_at FROM minted;
+
+-- name: renew
+-- Only the current lease, and only while it is live by the store clock: a lapsed
+-- lease is never resurrected. One statement: the row lock is implicit, and
+-- now_ms() is evaluated again if the statement had to wait for it.
+-- $1 key, $2 lease id, $3 ttl ms
+UPDATE {schema}.locks
+   SET expires_at = {schema}.now_ms() + $3::bigint,
+       ttl_ms     = $3::bigint
+ WHERE key = $1::text AND lease_id = $2::text AND expires_at > {schema}.now_ms()
+RETURNING owner, token::text AS token, expires_at::text AS expires_at;
+
+-- name: release
+-- Clears the lease with this id, live or lapsed (not yet replaced), and notifies.
+-- $1 key, $2 lease id, $3 channel → released: 1 or 0
+WITH released AS (
+  UPDATE {schema}.locks
+     SET lease_id = NULL, owner = NULL, token = NULL, ttl_ms = NULL, expires_at = NULL
+   WHERE key = $1::text AND lease_id = $2::text
+  RETURNING key
+)
+SELECT count(*)::int AS released FROM (SELECT pg_notify($3::text, key) FROM released) x;
+
+-- name: inspect
+-- $1 key
+SELECT n.now::text        AS now,
+       l.key,
+       l.issued::text     AS issued,
+       l.highest::text    AS highest,
+       l.lease_id,
+       l.owner,
+       l.token::text      AS token,
+       l.expires_at::text AS expires_at,
+       (SELECT count(*) FROM {schema}.waiters w WHERE w.key = l.key AND w.deadline > n.now)::int AS waiters
+  FROM (SELECT {schema}.now_ms() AS now) n
+  JOIN {schema}.locks l ON l.key = $1::text;
+
+-- name: list_locks
+-- Keys with a live lease or live waiters (and a token issued), in key order. $1 limit
+WITH n AS (SELECT {schema}.now_ms() AS now),
+keys AS (
+  SELECT l.key FROM {schema}.locks l, n WHERE l.lease_id IS NOT NULL AND l.expires_at > n.now
+  UNION
+  SELECT w.key FROM {schema}.waiters w, n WHERE w.deadline > n.now
+)
+SELECT n.now::text        AS now,
+       l.key,
+       l.issued::text     AS issued,
+       l.highest::text    AS highest,
+       l.lease_id,
+       l.owner,
+       l.token::text      AS token,
+       l.expires_at::text AS expires_at,
+       (SELECT count(*) FROM {schema}.waiters w WHERE w.key = l.key AND w.deadline > n.now)::int AS waiters
+  FROM keys k
+  JOIN {schema}.locks l ON l.key = k.key
+ CROSS JOIN n
+ WHERE l.issued IS NOT NULL
+ ORDER BY l.key
+ LIMIT $1::int;
+
+-- name: enqueue_waiter
+-- Runs after ensure_key. A live waiter that enqueues again keeps its place; an
+-- expired one goes to the back. Also prunes the key's other expired waiters.
+-- $1 key, $2 waiter id, $3 wait ms
+WITH pruned AS (
+  DELETE FROM {schema}.waiters
+   WHERE key = $1::text AND deadline <= {schema}.now_ms() AND waiter_id <> $2::text
+)
+INSERT INTO {schema}.waiters AS w (key, waiter_id, deadline)
+VALUES ($1::text, $2::text, {schema}.now_ms() + greatest($3::bigint, 0))
+ON CONFLICT (key, waiter_id) DO UPDATE
+   SET deadline = excluded.deadline,
+       seq      = CASE WHEN w.deadline > {schema}.now_ms() THEN w.seq ELSE excluded.seq END;
+
+-- name: remove_waiter
+-- $1 key, $2 waiter id, $3 channel
+WITH removed AS (
+  DELETE FROM {schema}.waiters WHERE key = $1::text AND waiter_id = $2::text
+)
+SELECT count(*)::int AS notified FROM (SELECT pg_notify($3::text, $1::text)) x;
+
+-- name: admit_context
+-- $1 lock, $2 token → the key's fence state and the live in-flight writes below $2.
+SELECT n.now::text        AS now,
+       e.floor::text      AS epoch_floor,
+       l.floor::text      AS key_floor,
+       l.issued::text     AS issued,
+       l.highest::text    AS highest,
+       l.lease_id,
+       l.token::text      AS lease_token,
+       l.expires_at::text AS expires_at,
+       (SELECT count(*) FROM {schema}.inflight i
+         WHERE i.lock = $1::text AND i.token < $2::bigint AND i.deadline > n.now)::int AS lower_inflight
+  FROM (SELECT {schema}.now_ms() AS now) n
+  JOIN {schema}.locks l ON l.key = $1::text
+  LEFT JOIN {schema}.epoch e ON true;
+
+-- name: admit_record
+-- Raises the fence (compare-and-set under the row lock taken by lock_key) and
+-- registers the in-flight write; prunes the lock's expired in-flight entries.
+-- $1 lock, $2 token, $3 request id, $4 now, $5 in-flight ttl ms
+WITH fence AS (
+  UPDATE {schema}.locks
+     SET highest = $2::bigint
+   WHERE key = $1::text AND (highest IS NULL OR highest < $2::bigint)
+), entry AS (
+  INSERT INTO {schema}.inflight (lock, request_id, token, deadline)
+  VALUES ($1::text, $3::text, $2::bigint, $4::bigint + $5::bigint)
+  ON CONFLICT (lock, request_id) DO UPDATE SET token = excluded.token, deadline = excluded.deadline
+), pruned AS (
+  DELETE FROM {schema}.inflight
+   WHERE lock = $1::text AND deadline <= $4::bigint AND request_id <> $3::text
+)
+SELECT 1 AS done;
+
+-- name: finish
+-- $1 lock, $2 request id, $3 channel
+WITH removed AS (
+  DELETE FROM {schema}.inflight WHERE lock = $1::text AND request_id = $2::text
+)
+SELECT count(*)::int AS notified FROM (SELECT pg_notify($3::text, $1::text)) x;
+
+-- name: lower_inflight
+-- $1 lock, $2 token
+SELECT n.now::text             AS now,
+       count(i.token)::int     AS count,
+       min(i.deadline)::text   AS next_deadline
+  FROM (SELECT {schema}.now_ms() AS now) n
+  LEFT JOIN {schema}.inflight i
+         ON i.lock = $1::text AND i.token < $2::bigint AND i.deadline > n.now
+ GROUP BY n.now;
+
+-- name: bump_epoch
+-- New epoch id; floor raised to the store clock × 1000, never lowered. $1 new id
+INSERT INTO {schema}.epoch AS e (id, floor, started_at)
+VALUES ($1::text, {schema}.now_ms() * 1000, {schema}.now_ms())
+ON CONFLICT (singleton) DO UPDATE
+   SET id = excluded.id, floor = greatest(e.floor, excluded.floor), started_at = excluded.started_at
+RETURNING id, floor::text AS floor;
+
+-- name: health
+SELECT {schema}.now_ms()::text AS now, e.id, e.floor::text AS floor
+  FROM (SELECT 1) one
+  LEFT JOIN {schema}.epoch e ON true;
+
+-- name: durability
+-- The server settings a crash-safe store needs (Postgres only; reported by health()).
+SELECT current_setting('fsync') AS fsync, current_setting('synchronous_commit') AS synchronous_commit;
+
+-- name: now
+SELECT {schema}.now_ms()::text AS now;
+
+-- name: prune
+-- Deletes up to $1 expired rows of each housekeeping table, skipping rows another
+-- transaction holds (never waits, never deadlocks).
+WITH g AS (
+  DELETE FROM {schema}.grants
+   WHERE (key, request_id, owner) IN (
+         SELECT key, request_id, owner FROM {schema}.grants
+          WHERE keep_until <= {schema}.now_ms() LIMIT $1::int FOR UPDATE SKIP LOCKED)
+  RETURNING 1
+), w AS (
+  DELETE FROM {schema}.waiters
+   WHERE (key, waiter_id) IN (
+         SELECT key, waiter_id FROM {schema}.waiters
+          WHERE deadline <= {schema}.now_ms() LIMIT $1::int FOR UPDATE SKIP LOCKED)
+  RETURNING 1
+), i AS (
+  DELETE FROM {schema}.inflight
+   WHERE (lock, request_id) IN (
+         SELECT lock, request_id FROM {schema}.inflight
+          WHERE deadline <= {schema}.now_ms() LIMIT $1::int FOR UPDATE SKIP LOCKED)
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM g)::int AS grants,
+       (SELECT count(*) FROM w)::int AS waiters,
+       (SELECT count(*) FROM i)::int AS inflight;

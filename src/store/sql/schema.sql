@@ -1,0 +1,99 @@
+-- fencegate SQL schema, shared by the Postgres and the embedded (PGlite) store.
+--
+-- {schema} is replaced by the quoted schema name (the store's namespace). Run as
+-- one transaction under pg_advisory_xact_lock (see queries.sql: init_lock), so
+-- several processes starting at once create it exactly once. Every statement is
+-- idempotent: it runs on every open.
+--
+-- Times are bigint milliseconds since the Unix epoch on the store's clock
+-- (now_ms()); tokens are bigint, always read back as text.
+
+CREATE SCHEMA IF NOT EXISTS {schema};
+
+-- The store clock. clock_timestamp(), not now(): the time when the statement runs,
+-- not when its transaction began.
+CREATE OR REPLACE FUNCTION {schema}.now_ms() RETURNS bigint
+  LANGUAGE sql VOLATILE
+  AS $$ SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint $$;
+
+CREATE TABLE IF NOT EXISTS {schema}.meta (
+  name  text PRIMARY KEY,
+  value text NOT NULL
+);
+INSERT INTO {schema}.meta (name, value) VALUES ('schema_version', '1') ON CONFLICT (name) DO NOTHING;
+
+-- The global epoch: one row. Its floor is raised by bumpEpoch() (after restoring a
+-- backup); every token minted is above it and admit() refuses tokens at or below
+-- it. If the row is missing (state loss), the next open creates it with a floor of
+-- the store clock × 1000: above every token the lost state could have issued.
+CREATE TABLE IF NOT EXISTS {schema}.epoch (
+  singleton  boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+  id         text    NOT NULL,
+  floor      bigint  NOT NULL CHECK (floor >= 0),
+  started_at bigint  NOT NULL
+);
+INSERT INTO {schema}.epoch (id, floor, started_at)
+VALUES (gen_random_uuid()::text, {schema}.now_ms() * 1000, {schema}.now_ms())
+ON CONFLICT (singleton) DO NOTHING;
+
+-- One row per lock key: its token counter, its current lease and the gateway's fence.
+-- Every operation on a key locks this row first, so they are serialised per key.
+CREATE TABLE IF NOT EXISTS {schema}.locks (
+  key        text   PRIMARY KEY,
+  -- Key floor: store clock × 1000 when the row was created. The first token is above it.
+  floor      bigint NOT NULL,
+  -- Highest token minted for the key; NULL while none was (row made by enqueueWaiter).
+  issued     bigint,
+  -- Highest token admitted by a gateway; NULL while none was.
+  highest    bigint,
+  -- The current lease, live or lapsed; all NULL when released or never granted.
+  lease_id   text,
+  owner      text,
+  token      bigint,
+  ttl_ms     bigint,
+  expires_at bigint,
+  CHECK ((lease_id IS NULL) = (expires_at IS NULL)),
+  CHECK (issued IS NULL OR issued > floor)
+);
+CREATE INDEX IF NOT EXISTS locks_live ON {schema}.locks (expires_at) WHERE lease_id IS NOT NULL;
+
+-- Idempotency records: a retried acquire with the same (key, request_id, owner)
+-- gets the lease first granted for it. Kept until keep_until (≥ max(ttl, 10 min)).
+CREATE TABLE IF NOT EXISTS {schema}.grants (
+  key        text    NOT NULL,
+  request_id text    NOT NULL,
+  owner      text    NOT NULL,
+  lease_id   text    NOT NULL,
+  token      bigint  NOT NULL,
+  ttl_ms     bigint  NOT NULL,
+  expires_at bigint  NOT NULL,
+  took_over  boolean NOT NULL,
+  keep_until bigint  NOT NULL,
+  PRIMARY KEY (key, request_id, owner)
+);
+CREATE INDEX IF NOT EXISTS grants_keep_until ON {schema}.grants (keep_until);
+
+-- FIFO waiter queues. seq orders the queue; it is taken while the key's row is
+-- locked, so for one key seq order is commit order. A waiter stops counting at
+-- its deadline.
+CREATE TABLE IF NOT EXISTS {schema}.waiters (
+  key       text      NOT NULL,
+  waiter_id text      NOT NULL,
+  seq       bigserial NOT NULL,
+  deadline  bigint    NOT NULL,
+  PRIMARY KEY (key, waiter_id)
+);
+CREATE INDEX IF NOT EXISTS waiters_queue ON {schema}.waiters (key, seq);
+CREATE INDEX IF NOT EXISTS waiters_deadline ON {schema}.waiters (deadline);
+
+-- Writes admitted by a gateway and still in flight to the upstream (drain barrier).
+-- An entry stops counting at its deadline (a gateway that crashed never finishes it).
+CREATE TABLE IF NOT EXISTS {schema}.inflight (
+  lock       text   NOT NULL,
+  request_id text   NOT NULL,
+  token      bigint NOT NULL,
+  deadline   bigint NOT NULL,
+  PRIMARY KEY (lock, request_id)
+);
+CREATE INDEX IF NOT EXISTS inflight_lower ON {schema}.inflight (lock, token);
+CREATE INDEX IF NOT EXISTS inflight_deadline ON {schema}.inflight (deadline);

@@ -1,0 +1,168 @@
+/**
+ * The Store on SQL, the same for Postgres and the embedded PGlite store: it binds
+ * the statements to one schema and delegates to locks.ts / fences.ts; it owns
+ * watch (notifier.ts), epochs, health, housekeeping and close.
+ */
+import { randomUUID } from 'node:crypto';
+import type { FencingToken } from '../../tokens.js';
+import type {
+  AcquireRequest,
+  AcquireResult,
+  AdmitRequest,
+  AdmitResult,
+  InflightState,
+  LockState,
+  ReleaseResult,
+  RenewResult,
+  Store,
+  StoreHealth,
+  StoreKind,
+} from '../types.js';
+import { big, ms, one, type SqlContext } from './context.js';
+import { channelFor, type SqlDriver } from './driver.js';
+import * as fences from './fences.js';
+import * as locks from './locks.js';
+import { KeyNotifier } from './notifier.js';
+import { queriesFor, type EpochRow, type HealthRow } from './queries.js';
+
+/** Housekeeping (expired idempotency records, waiters, in-flight entries) at most this often per process. */
+const PRUNE_EVERY_MS = 30_000;
+const PRUNE_BATCH = 500;
+
+export interface SqlStoreOptions {
+  namespace: string;
+  /** Extra words for health().detail, e.g. the embedded store's durability mode. */
+  detail?: string;
+  /** Runs after the driver closed (the embedded store releases its directory lock). */
+  onClose?: () => void;
+}
+
+export class SqlStore implements Store {
+  readonly kind: StoreKind;
+  private readonly ctx: SqlContext;
+  private readonly notifier: KeyNotifier;
+  private readonly detail: string;
+  private readonly onClose: () => void;
+  private pruning: Promise<void> | null = null;
+  // Housekeeping timer only: never used to judge a lease.
+  private lastPrune = 0;
+  private closing: Promise<void> | null = null;
+
+  constructor(driver: SqlDriver, opts: SqlStoreOptions) {
+    this.kind = driver.kind;
+    const channel = channelFor(opts.namespace);
+    this.ctx = { driver, q: queriesFor(opts.namespace), channel };
+    this.notifier = new KeyNotifier(driver, channel);
+    this.detail = `${driver.where}, schema "${opts.namespace}"${opts.detail ? `, ${opts.detail}` : ''}`;
+    this.onClose = opts.onClose ?? ((): void => undefined);
+  }
+
+  // ---- locks ----
+
+  async tryAcquire(req: AcquireRequest): Promise<AcquireResult> {
+    const result = await locks.tryAcquire(this.ctx, req);
+    this.housekeep();
+    return result;
+  }
+
+  renew(key: string, leaseId: string, ttlMs: number): Promise<RenewResult> {
+    return locks.renew(this.ctx, key, leaseId, ttlMs);
+  }
+
+  release(key: string, leaseId: string): Promise<ReleaseResult> {
+    return locks.release(this.ctx, key, leaseId);
+  }
+
+  inspect(key: string): Promise<LockState | null> {
+    return locks.inspect(this.ctx, key);
+  }
+
+  enqueueWaiter(key: string, waiterId: string, waitMs: number): Promise<void> {
+    return locks.enqueueWaiter(this.ctx, key, waiterId, waitMs);
+  }
+
+  removeWaiter(key: string, waiterId: string): Promise<void> {
+    return locks.removeWaiter(this.ctx, key, waiterId);
+  }
+
+  listLocks(limit: number): Promise<LockState[]> {
+    return locks.listLocks(this.ctx, limit);
+  }
+
+  // ---- fences ----
+
+  async admit(req: AdmitRequest): Promise<AdmitResult> {
+    const result = await fences.admit(this.ctx, req);
+    if (req.record) this.housekeep();
+    return result;
+  }
+
+  finish(lock: string, requestId: string): Promise<void> {
+    return fences.finish(this.ctx, lock, requestId);
+  }
+
+  lowerInflight(lock: string, token: FencingToken): Promise<InflightState> {
+    return fences.lowerInflight(this.ctx, lock, token);
+  }
+
+  // ---- notifications ----
+
+  watch(key: string, listener: () => void): Promise<() => void> {
+    return this.notifier.watch(key, listener);
+  }
+
+  // ---- epochs ----
+
+  async bumpEpoch(): Promise<{ id: string; floor: FencingToken }> {
+    const r = one(await this.ctx.driver.query<EpochRow>(this.ctx.q.bump_epoch, [randomUUID()]), 'bump_epoch');
+    return { id: r.id, floor: big(r.floor) };
+  }
+
+  // ---- lifecycle ----
+
+  async now(): Promise<number> {
+    const r = one(await this.ctx.driver.query<{ now: string }>(this.ctx.q.now), 'now');
+    return ms(r.now);
+  }
+
+  async health(): Promise<StoreHealth> {
+    try {
+      const r = one(await this.ctx.driver.query<HealthRow>(this.ctx.q.health), 'health');
+      const epoch = r.id !== null && r.floor !== null ? { id: r.id, floor: big(r.floor) } : null;
+      return { ok: true, kind: this.kind, detail: this.detail, epoch };
+    } catch (err) {
+      const why = err instanceof Error ? err.message : String(err);
+      return { ok: false, kind: this.kind, detail: why, epoch: null };
+    }
+  }
+
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      this.notifier.clear();
+      if (this.pruning) await this.pruning;
+      try {
+        await this.ctx.driver.close();
+      } finally {
+        this.onClose();
+      }
+    })();
+    return this.closing;
+  }
+
+  /** Deletes expired housekeeping rows in the background, at most every PRUNE_EVERY_MS. */
+  private housekeep(): void {
+    if (this.closing || this.pruning) return;
+    const t = Date.now();
+    if (t - this.lastPrune < PRUNE_EVERY_MS) return;
+    this.lastPrune = t;
+    this.pruning = this.ctx.driver
+      .query(this.ctx.q.prune, [PRUNE_BATCH])
+      .then(
+        () => undefined,
+        () => undefined, // best effort: the next round retries
+      )
+      .finally(() => {
+        this.pruning = null;
+      });
+  }
+}

@@ -1,0 +1,144 @@
+/**
+ * Fail fast, fail closed, recover: a Postgres store on a cluster of its own that
+ * the test crashes (pg_ctl stop -m immediate), hangs (SIGSTOP) and starts again.
+ * While Postgres is away every operation throws StoreUnavailableError within
+ * seconds; once it is back the same store works again, without reopening.
+ */
+import { once } from 'node:events';
+import { createServer, type Socket } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { StoreUnavailableError } from '../../src/errors.js';
+import { openPostgresStore } from '../../src/store/sql/store.js';
+import type { Store } from '../../src/store/types.js';
+import { startCluster, type Cluster } from '../helpers/sql-cluster.js';
+import { sleep } from '../helpers/sql-fixtures.js';
+
+/** Runs `op`, expecting StoreUnavailableError; returns how long it took. */
+async function failsFast(op: () => Promise<unknown>): Promise<number> {
+  const t0 = Date.now();
+  const err = await op().then(
+    () => null,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(StoreUnavailableError);
+  return Date.now() - t0;
+}
+
+async function eventually(op: () => Promise<unknown>, timeoutMs = 15_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      await op();
+      return;
+    } catch (err) {
+      if (Date.now() > end) throw err;
+      await sleep(100);
+    }
+  }
+}
+
+describe('Postgres store when Postgres goes away', () => {
+  let cluster: Cluster;
+  let store: Store;
+  beforeAll(async () => {
+    cluster = await startCluster();
+    store = await openPostgresStore(cluster.url, { namespace: 'down_test' });
+  }, 60_000);
+  afterAll(async () => {
+    await store?.close();
+    await cluster?.destroy();
+  });
+
+  it('says in health() that this server runs with fsync off', async () => {
+    const h = await store.health();
+    expect(h).toMatchObject({ ok: true, kind: 'postgres' });
+    expect(h.detail).toContain('NOT crash-safe: fsync is off');
+  });
+
+  it('throws StoreUnavailableError quickly while it is down, and works again once it is back', async () => {
+    const a = await store.tryAcquire({ key: 'k', owner: 'o', ttlMs: 60_000 });
+    if (!a.ok) throw new Error('expected a grant');
+    let notified = 0;
+    await store.watch('k', () => notified++);
+
+    await cluster.stop();
+    const took = [
+      await failsFast(() => store.tryAcquire({ key: 'k2', owner: 'o', ttlMs: 1000 })),
+      await failsFast(() => store.renew('k', a.lease.leaseId, 60_000)),
+      await failsFast(() => store.release('k', a.lease.leaseId)),
+      await failsFast(() =>
+        store.admit({
+          lock: 'k',
+          token: a.lease.token,
+          check: 'token',
+          requestId: 'r',
+          inflightTtlMs: 1000,
+          record: true,
+        }),
+      ),
+      await failsFast(() => store.inspect('k')),
+      await failsFast(() => store.enqueueWaiter('k', 'w', 1000)),
+      await failsFast(() => store.now()),
+      await failsFast(() => store.watch('other', () => undefined)),
+    ];
+    for (const ms of took) expect(ms).toBeLessThan(3000);
+    const h = await store.health();
+    expect(h.ok).toBe(false);
+    expect(h.detail).toMatch(/ECONNREFUSED|connection/);
+
+    await cluster.start();
+    await eventually(() => store.now());
+    // Nothing was lost (the crash was of the server process, not of the disk).
+    expect(await store.inspect('k')).toMatchObject({ held: true, leaseId: a.lease.leaseId });
+    // The LISTEN connection came back on its own: one resync call, then real notifications.
+    await eventually(async () => {
+      if (notified < 1) throw new Error('no resync yet');
+    });
+    const before = notified;
+    expect(await store.release('k', a.lease.leaseId)).toEqual({ ok: true });
+    await eventually(async () => {
+      if (notified <= before) throw new Error('no notification yet');
+    }, 5000);
+    expect((await store.health()).ok).toBe(true);
+  }, 60_000);
+
+  it('gives up on a hung server within the client timeouts, then recovers', async () => {
+    expect((await store.tryAcquire({ key: 'h', owner: 'o', ttlMs: 1000 })).ok).toBe(true);
+    await cluster.pause();
+    try {
+      const took = await Promise.all([
+        failsFast(() => store.tryAcquire({ key: 'h2', owner: 'o', ttlMs: 1000 })),
+        failsFast(() => store.now()),
+      ]);
+      for (const ms of took) expect(ms).toBeLessThan(9000);
+    } finally {
+      await cluster.resume();
+    }
+    await eventually(() => store.now());
+    expect((await store.tryAcquire({ key: 'h3', owner: 'o', ttlMs: 1000 })).ok).toBe(true);
+  }, 60_000);
+});
+
+describe('opening a Postgres store', () => {
+  it('rejects within the connect timeout when the server accepts TCP but never answers', async () => {
+    const sockets: Socket[] = [];
+    const silent = createServer((s) => sockets.push(s));
+    silent.listen(0, '127.0.0.1');
+    await once(silent, 'listening');
+    const port = (silent.address() as { port: number }).port;
+    try {
+      const t0 = Date.now();
+      const err = await openPostgresStore(`postgres://postgres@127.0.0.1:${port}/x`).then(
+        () => null,
+        (e: unknown) => e,
+      );
+      expect(Date.now() - t0).toBeLessThan(4000);
+      expect(err).toBeInstanceOf(StoreUnavailableError);
+      expect((err as Error).message).toMatch(/^cannot open the Postgres store/);
+      expect((err as Error).message).toContain(`127.0.0.1:${port}`);
+    } finally {
+      for (const s of sockets) s.destroy();
+      silent.close();
+    }
+  });
+});
