@@ -18,6 +18,7 @@ import {
   stripResponseHeaders,
   type Headers,
 } from './headers.js';
+import { sendContinue } from './continue.js';
 import { sendProblem } from './problems.js';
 import { upstreamProblem } from './upstream-errors.js';
 import type { ForwardScope, UpstreamPool } from './upstreams.js';
@@ -53,7 +54,8 @@ export function upstreamRequestHeaders(
   if (fence !== null) {
     out['x-fencegate-fence'] = fence.mode;
     // The lock that fenced this write, URL-encoded (keys are UTF-8, header values are not).
-    if (fence.lock !== null) out['x-fencegate-lock'] = encodeURIComponent(fence.lock);
+    // Absent when the lock could not be rendered (shadow mode, invalid key: lock is '').
+    if (fence.lock !== null && fence.lock !== '') out['x-fencegate-lock'] = encodeURIComponent(fence.lock);
     if (fence.token !== null) out[FENCING_TOKEN] = fence.token.toString(10);
   }
   return out;
@@ -74,6 +76,9 @@ async function forward(app: FastifyInstance, opts: ForwardOptions): Promise<void
     }
     let clientLeft = false;
     reply.raw.once('close', () => (clientLeft = !reply.raw.writableFinished));
+    // Routed, fenced and past the drain barrier: only now may a client waiting on
+    // `Expect: 100-continue` start its upload.
+    sendContinue(request.raw, reply.raw);
     const scope: ForwardScope = {
       upstream,
       started: () => entry?.forwarding(),

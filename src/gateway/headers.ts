@@ -23,6 +23,13 @@ export const HOP_BY_HOP = new Set([
 export const FENCING_TOKEN = 'fencing-token';
 export const GATEWAY_PREFIX = 'x-fencegate-';
 
+/**
+ * Request headers the gateway answers itself and never forwards: `Expect` (the
+ * gateway sends 100 Continue only once the fence admitted the write; undici, the
+ * upstream client, refuses `expect` anyway).
+ */
+export const CONSUMED_BY_GATEWAY = new Set(['expect']);
+
 type HeaderValue = string | string[] | number | undefined;
 export type Headers = Record<string, HeaderValue>;
 
@@ -43,6 +50,25 @@ export function rawHeaderValues(rawHeaders: readonly string[], name: string): st
     if (rawHeaders[i]?.toLowerCase() === name) values.push(rawHeaders[i + 1] ?? '');
   }
   return values;
+}
+
+const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/**
+ * A header value as UTF-8 text. Node hands header bytes over as latin1 (one char per
+ * byte); a lock rendered from that would read `é` (C3 A9) as `Ã©` and collide with a
+ * tenant literally named `Ã©`. So the bytes are decoded as UTF-8, strictly: invalid
+ * UTF-8 (e.g. a bare latin1 `é`, E9) is refused rather than guessed at, and a BOM is
+ * kept as a character, so distinct byte strings always give distinct text.
+ */
+export function decodeHeaderUtf8(value: string): { ok: true; value: string } | { ok: false } {
+  // Node never yields chars above U+00FF here; anything else did not come from the wire as bytes.
+  if (/[\u0100-\uffff]/.test(value)) return { ok: false };
+  try {
+    return { ok: true, value: UTF8.decode(Buffer.from(value, 'latin1')) };
+  } catch {
+    return { ok: false };
+  }
 }
 
 export type PresentedToken =
@@ -73,10 +99,12 @@ export function stripRequestHeaders(
   extra: readonly string[] = [],
 ): Headers {
   const drop = new Set([...connectionTokens(connection), ...extra]);
-  const out: Headers = {};
+  // No prototype: header names are the client's, and "__proto__" must stay a name like any other.
+  const out = Object.create(null) as Headers;
   for (const [name, value] of Object.entries(headers)) {
     const lower = name.toLowerCase();
-    if (value === undefined || HOP_BY_HOP.has(lower) || drop.has(lower) || isGatewayOwned(lower)) continue;
+    if (value === undefined || HOP_BY_HOP.has(lower) || drop.has(lower)) continue;
+    if (isGatewayOwned(lower) || CONSUMED_BY_GATEWAY.has(lower)) continue;
     out[lower] = value;
   }
   return out;
@@ -85,7 +113,7 @@ export function stripRequestHeaders(
 /** Removes hop-by-hop headers and those the upstream named in its `Connection` header. */
 export function stripResponseHeaders<T extends Headers>(headers: T): T {
   const drop = new Set(connectionTokens(headers.connection));
-  const out: Headers = {};
+  const out = Object.create(null) as Headers;
   for (const [name, value] of Object.entries(headers)) {
     const lower = name.toLowerCase();
     if (value === undefined || HOP_BY_HOP.has(lower) || drop.has(lower)) continue;

@@ -1,9 +1,12 @@
 /** Sending refusals as RFC 9457 problems, and the gateway's error and not-found handlers. */
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { PROBLEM_CONTENT_TYPE, ProblemError } from '../errors.js';
+import { awaitingContinue } from './continue.js';
 
 export function sendProblem(reply: FastifyReply, problem: ProblemError): FastifyReply {
   for (const [name, value] of Object.entries(problem.headers)) reply.header(name, value);
+  // Refused before 100 Continue: the announced body was never asked for; do not reuse the connection.
+  if (awaitingContinue(reply.request.raw)) reply.header('connection', 'close');
   return reply.code(problem.status).type(PROBLEM_CONTENT_TYPE).send(problem.toBody());
 }
 

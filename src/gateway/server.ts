@@ -9,6 +9,7 @@ import type { EventLog } from '../observe/events.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { PolicyHolder } from '../policy/index.js';
 import type { Store } from '../store/types.js';
+import { deferContinue } from './continue.js';
 import { fencePlugin } from './fence.js';
 import { forwardPlugin } from './forward.js';
 import { routingPlugin } from './routing.js';
@@ -47,6 +48,9 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
     requestTimeout: 0,
     return503OnClosing: true,
   }) as unknown as FastifyInstance;
+
+  // 100 Continue is sent by the forward step once the fence admitted the request, not on arrival.
+  deferContinue(app.server);
 
   const guard = new StoreGuard(opts.store, opts.metrics, app.log, opts.storeBreaker);
   const pool = new UpstreamPool(opts.metrics, app.log);

@@ -67,7 +67,7 @@ export class UpstreamPool {
   /** Drops (and gracefully closes) clients of upstreams that are gone or changed in `policy`. */
   retain(policy: CompiledPolicy): void {
     for (const [name, client] of this.clients) {
-      const upstream = policy.upstreams[name];
+      const upstream = Object.hasOwn(policy.upstreams, name) ? policy.upstreams[name] : undefined;
       if (upstream === undefined || signatureOf(upstream) !== client.signature) this.drop(name, client);
     }
   }

@@ -9,7 +9,7 @@ import { ProblemError } from '../errors.js';
 import type { FencedReason } from '../observe/metrics.js';
 import { renderLock, type CompiledRoute, type FencingSettings, type HeaderLookup } from '../policy/index.js';
 import type { FencingToken } from '../tokens.js';
-import { rawHeaderValues, readFencingToken } from './headers.js';
+import { decodeHeaderUtf8, rawHeaderValues, readFencingToken } from './headers.js';
 import type { StoreGuard } from './store-guard.js';
 
 /** Time an in-flight entry keeps counting beyond drain wait + upstream timeout, if never finished. */
@@ -133,12 +133,14 @@ export function fenceUnavailable(err: unknown, lock: string): ProblemError {
   );
 }
 
-/** A header used in a lock template must be sent exactly once. */
-function headerLookup(rawHeaders: readonly string[]): HeaderLookup {
+/** A header used in a lock template must be sent exactly once, as valid UTF-8 (see decodeHeaderUtf8). */
+export function headerLookup(rawHeaders: readonly string[]): HeaderLookup {
   return (name) => {
     const values = rawHeaderValues(rawHeaders, name);
     if (values.length === 0) return { ok: false, reason: `header "${name}" is missing` };
     if (values.length > 1) return { ok: false, reason: `header "${name}" is sent ${values.length} times` };
-    return { ok: true, value: values[0] ?? '' };
+    const decoded = decodeHeaderUtf8(values[0] ?? '');
+    if (!decoded.ok) return { ok: false, reason: `header "${name}" is not valid UTF-8` };
+    return { ok: true, value: decoded.value };
   };
 }

@@ -26,7 +26,8 @@ export type CompileResult = { ok: true; policy: CompiledPolicy } | { ok: false; 
 
 export function compilePolicy(files: readonly ValidFile[]): CompileResult {
   const errors: PolicyError[] = [];
-  const upstreams: Record<string, CompiledUpstream> = {};
+  // No prototype: upstream names are user-chosen ("constructor", "toString" are valid names).
+  const upstreams = Object.create(null) as Record<string, CompiledUpstream>;
   const upstreamSeenAt = new Map<string, PolicyError>();
 
   for (const { source, data } of files) {
@@ -93,7 +94,7 @@ function compileRoute(
     ok = false;
     report(field, message);
   };
-  const upstream = upstreams[raw.upstream];
+  const upstream = Object.hasOwn(upstreams, raw.upstream) ? upstreams[raw.upstream] : undefined;
   if (!upstreamDeclared) fail(['upstream'], `unknown upstream "${raw.upstream}"`);
 
   const path = parsePathPattern(raw.path);

@@ -30,14 +30,35 @@ export async function loadPolicies(path: string): Promise<LoadResult> {
   return compilePolicy(valid);
 }
 
-/** Parses and schema-checks one file's text (exported for tests and `fencegate check` of stdin). */
+/**
+ * Parses and schema-checks one file's text (exported for tests and `fencegate check` of stdin).
+ * Never throws: every problem is a located error (line and column ≥ 1).
+ */
 export function parsePolicyText(
+  file: string,
+  text: string,
+): { ok: true; file: ValidFile } | { ok: false; errors: PolicyError[] } {
+  try {
+    return parseChecked(file, text);
+  } catch (err) {
+    // Not expected (PolicySource catches what yaml throws); kept so a library surprise is an error, not a crash.
+    const detail = err instanceof Error ? err.message : String(err);
+    return {
+      ok: false,
+      errors: [{ file, line: 1, column: 1, field: '', message: `cannot read: ${detail}` }],
+    };
+  }
+}
+
+function parseChecked(
   file: string,
   text: string,
 ): { ok: true; file: ValidFile } | { ok: false; errors: PolicyError[] } {
   const parsed = PolicySource.parse(file, text);
   if (!parsed.ok) return parsed;
-  const data = parsed.source.toData();
+  const plain = parsed.source.toData();
+  if (!plain.ok) return plain;
+  const { data } = plain;
   if (data === null || data === undefined) {
     return { ok: false, errors: [{ file, line: 1, column: 1, field: '', message: 'file is empty' }] };
   }
@@ -55,12 +76,7 @@ async function loadFile(
   } catch (err) {
     return { ok: false, errors: [wholeFile(file, `cannot read: ${describeFsError(err)}`)] };
   }
-  try {
-    return parsePolicyText(file, text);
-  } catch (err) {
-    // e.g. an alias bomb past maxAliasCount
-    return { ok: false, errors: [wholeFile(file, err instanceof Error ? err.message : String(err))] };
-  }
+  return parsePolicyText(file, text);
 }
 
 async function listPolicyFiles(

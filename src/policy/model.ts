@@ -84,7 +84,8 @@ export function createCompiledPolicy(
   const frozenRoutes = deepFreeze(routes);
   const policy: CompiledPolicy = {
     files: Object.freeze([...files]),
-    upstreams: deepFreeze(upstreams),
+    // No prototype: lookups by a user-chosen name never reach Object.prototype.
+    upstreams: deepFreeze(Object.assign(Object.create(null) as Record<string, CompiledUpstream>, upstreams)),
     routes: frozenRoutes,
     match(method, segments) {
       for (const route of frozenRoutes) {

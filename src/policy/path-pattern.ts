@@ -82,11 +82,15 @@ export function splitRequestPath(rawPath: string): RequestPath {
   return { ok: true, segments };
 }
 
-/** Parameters of a match (decoded), or null when the pattern does not match. */
+/**
+ * Parameters of a match (decoded), or null when the pattern does not match. The
+ * result has no prototype: parameter names are the policy author's (`:__proto__`,
+ * `:constructor` are valid names) and must never reach Object.prototype.
+ */
 export function matchPath(pattern: PathPattern, segments: readonly string[]): Record<string, string> | null {
   const fixed = pattern.segments.length;
   if (pattern.wildcard ? segments.length < fixed : segments.length !== fixed) return null;
-  const params: Record<string, string> = {};
+  const params = Object.create(null) as Record<string, string>;
   for (let i = 0; i < fixed; i++) {
     const seg = pattern.segments[i];
     const value = segments[i];

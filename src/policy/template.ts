@@ -105,7 +105,8 @@ export function renderLock(
     if (part.kind === 'text') {
       key += part.value;
     } else if (part.kind === 'param') {
-      const value = params[part.name];
+      // Own properties only: a name like "constructor" must not find Object.prototype's.
+      const value = Object.hasOwn(params, part.name) ? params[part.name] : undefined;
       if (value === undefined) return { ok: false, reason: `path parameter "${part.name}" is missing` };
       key += value;
     } else {

@@ -63,7 +63,10 @@ function pointerToPath(data: unknown, pointer: string): (string | number)[] {
       node = node[index];
     } else {
       path.push(part);
-      node = node !== null && typeof node === 'object' ? (node as Record<string, unknown>)[part] : undefined;
+      node =
+        node !== null && typeof node === 'object' && Object.hasOwn(node, part)
+          ? (node as Record<string, unknown>)[part]
+          : undefined;
     }
   }
   return path;

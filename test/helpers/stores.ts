@@ -3,9 +3,7 @@
  * (Redis key prefix, Postgres schema, embedded directory) and removes it after.
  * The URLs can be pointed elsewhere with FENCEGATE_TEST_REDIS / FENCEGATE_TEST_POSTGRES.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { rm } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { Redis } from 'ioredis';
@@ -60,7 +58,8 @@ export const STORE_FIXTURES: StoreFixture[] = [
     async open() {
       const { openEmbeddedStore } = await import('../../src/store/sql/store.js');
       const { seedEmbeddedIssued } = await import('./sql-seed.js');
-      const dir = await mkdtemp(join(tmpdir(), 'fg-embedded-'));
+      const { freshEmbeddedDir } = await import('./embedded-template.js');
+      const dir = await freshEmbeddedDir();
       const h: Harness = {
         store: await openEmbeddedStore(dir),
         async seedIssued(key, token) {

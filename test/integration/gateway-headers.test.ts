@@ -117,6 +117,23 @@ describe('gateway header hygiene', () => {
     expect(h['x-forwarded-proto']).toBe('http');
   });
 
+  it("x-fencegate-lock is the gateway's: set (URL-encoded) on fenced writes, never passed from the client", async () => {
+    const fenced = await request(`${gw.url}/orders/1`, {
+      method: 'PUT',
+      headers: { 'fencing-token': token, 'x-fencegate-lock': 'order%3A999' },
+      body: 'x',
+    });
+    await fenced.body.text();
+    expect(fenced.statusCode).toBe(200);
+    expect(upstream.hits[0]?.headers['x-fencegate-lock']).toBe('order%3A1');
+    expect(upstream.hits[0]?.rawHeaders.filter((h) => h.toLowerCase() === 'x-fencegate-lock')).toHaveLength(
+      1,
+    );
+    const read = await request(`${gw.url}/orders/1`, { headers: { 'x-fencegate-lock': 'order%3A999' } });
+    await read.body.text();
+    expect(upstream.hits[1]?.headers['x-fencegate-lock']).toBeUndefined();
+  });
+
   it('the client cannot inject a Fencing-Token on a fenced route in shadow mode without a valid one', async () => {
     const res = await request(`${gw.url}/shadow/1`, {
       method: 'PUT',

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
+import { headerLookup } from '../../src/gateway/verdict.js';
 import {
   connectionTokens,
+  decodeHeaderUtf8,
   forwardingHeaders,
   rawHeaderValues,
   readFencingToken,
@@ -101,5 +103,54 @@ describe('forwarding headers', () => {
     expect(forwardingHeaders({ ...base, host: 'a"b\\c', peer: '1.2.3.4', trustProxy: false }).forwarded).toBe(
       'for="1.2.3.4";proto=http;host="a\\"b\\\\c"',
     );
+  });
+});
+
+describe('header values as UTF-8 (Node hands them over as latin1)', () => {
+  const latin1 = (text: string) => Buffer.from(text, 'utf8').toString('latin1');
+
+  it('decodes UTF-8 bytes to the text they encode; ASCII is unchanged', () => {
+    expect(decodeHeaderUtf8(latin1('é'))).toEqual({ ok: true, value: 'é' });
+    expect(decodeHeaderUtf8(latin1('Ã©'))).toEqual({ ok: true, value: 'Ã©' });
+    expect(decodeHeaderUtf8(latin1('日本😀'))).toEqual({ ok: true, value: '日本😀' });
+    expect(decodeHeaderUtf8('acme-42')).toEqual({ ok: true, value: 'acme-42' });
+  });
+
+  it('distinct bytes give distinct text: a BOM is kept, not dropped', () => {
+    expect(decodeHeaderUtf8(latin1('\ufeffa'))).toEqual({ ok: true, value: '\ufeffa' });
+  });
+
+  it('refuses bytes that are not UTF-8 (bare latin1, truncated, surrogates, overlong)', () => {
+    for (const bytes of [[0xe9], [0xc3], [0xed, 0xa0, 0x80], [0xc0, 0xaf], [0xff]]) {
+      expect(decodeHeaderUtf8(Buffer.from(bytes).toString('latin1')), String(bytes)).toEqual({ ok: false });
+    }
+    expect(decodeHeaderUtf8('\u0100')).toEqual({ ok: false });
+  });
+
+  it('the lock template lookup decodes, and refuses invalid UTF-8 with a reason', () => {
+    const lookup = headerLookup(['X-Tenant', latin1('é')]);
+    expect(lookup('x-tenant')).toEqual({ ok: true, value: 'é' });
+    expect(headerLookup(['X-Tenant', '\u00e9'])('x-tenant')).toEqual({
+      ok: false,
+      reason: 'header "x-tenant" is not valid UTF-8',
+    });
+    expect(headerLookup(['__proto__', 'x'])('__proto__')).toEqual({ ok: true, value: 'x' });
+  });
+});
+
+describe('gateway-owned and consumed request headers', () => {
+  it('x-fencegate-lock (and any x-fencegate-*) and Expect never pass from the client', () => {
+    const out = stripRequestHeaders(
+      { 'x-fencegate-lock': 'order%3A1', 'X-Fencegate-Lock': 'x', expect: '100-continue', 'x-keep': '1' },
+      undefined,
+    );
+    expect({ ...out }).toEqual({ 'x-keep': '1' });
+  });
+
+  it('header names like Object.prototype members are ordinary names', () => {
+    const headers = JSON.parse('{"__proto__": "p", "constructor": "c"}') as Record<string, string>;
+    const out = stripRequestHeaders(headers, undefined);
+    expect(Object.keys(out).sort()).toEqual(['__proto__', 'constructor']);
+    expect(Object.getPrototypeOf(out)).toBeNull();
   });
 });

@@ -33,13 +33,6 @@ async function load(text: string): Promise<{ file: string; result: LoadResult }>
   return { file, result: await loadPolicies(file) };
 }
 
-/**
- * Aliases are resolved by toJS(), which throws; loadPolicies turns that into a whole-file
- * error (line 0). KNOWN BUG, see the it.fails test below: tolerated here so the other
- * properties keep running.
- */
-const KNOWN_UNLOCATED = /^(Unresolved alias|Excessive alias count)/;
-
 /** Every error names this file, a line within it (≥ 1), a column ≥ 1, a field and a message. */
 function expectLocatedErrors(file: string, text: string, result: LoadResult): void {
   if (result.ok) return;
@@ -48,7 +41,6 @@ function expectLocatedErrors(file: string, text: string, result: LoadResult): vo
   for (const e of result.errors) {
     const where = JSON.stringify(e);
     expect(e.file, where).toBe(file);
-    if (e.line === 0 && KNOWN_UNLOCATED.test(e.message)) continue;
     expect(Number.isInteger(e.line) && e.line >= 1 && e.line <= lines + 1, where).toBe(true);
     expect(Number.isInteger(e.column) && e.column >= 1, where).toBe(true);
     expect(typeof e.field, where).toBe('string');
@@ -144,17 +136,22 @@ describe('loadPolicies never throws, and every error is located', () => {
 });
 
 describe('loadPolicies: inputs that once slipped through', () => {
-  it('an alias bomb is an error, not a hang or a throw (whole-file: line 0)', async () => {
+  it('an alias bomb is an error at the first alias, not a hang or a throw', async () => {
     const bomb = ['a: &a [x, x, x, x, x, x, x, x, x]', 'b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]'];
     bomb.push('c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]', 'd: [*c, *c, *c, *c, *c, *c, *c, *c, *c]');
-    const { result } = await load(bomb.join('\n'));
+    const { file, result } = await load(bomb.join('\n'));
     expect(result.ok).toBe(false);
-    if (!result.ok) expect(result.errors[0]?.message).toMatch(/alias/i);
+    if (!result.ok) {
+      expect(result.errors[0]?.message).toMatch(/alias/i);
+      expect(result.errors[0]).toMatchObject({ file, line: 2, column: 8, field: 'b[0]' });
+    }
+    const direct = parsePolicyText('direct.yaml', bomb.join('\n'));
+    expect(direct.ok).toBe(false);
   });
 
-  // BUG in src/policy: an alias without its anchor makes toJS() throw; loadPolicies reports it as a
-  // whole-file error (line 0, no field) and parsePolicyText throws. The parser knows the position.
-  it.fails('BUG: an unresolved alias is an error at its line, like a syntax error', async () => {
+  // Once a bug: toJS() threw on an alias without its anchor; loadPolicies reported a whole-file
+  // error (line 0, no field) and parsePolicyText threw.
+  it('an unresolved alias is an error at its line, like a syntax error', async () => {
     const text = [
       'version: 1',
       'routes:',
@@ -165,32 +162,39 @@ describe('loadPolicies: inputs that once slipped through', () => {
     ].join('\n');
     const { result } = await load(text);
     expect(result.ok).toBe(false);
-    if (!result.ok) expect(result.errors[0]).toMatchObject({ line: 4, field: 'routes[0].methods[0]' });
+    if (!result.ok)
+      expect(result.errors[0]).toMatchObject({ line: 4, column: 15, field: 'routes[0].methods[0]' });
+    const direct = parsePolicyText('direct.yaml', text);
+    expect(direct.ok).toBe(false);
+    if (!direct.ok) expect(direct.errors[0]).toMatchObject({ line: 4, field: 'routes[0].methods[0]' });
   });
 
-  // BUG in src/policy: YAML 1.1 collection tags (!!omap, !!set) become Map/Set in toJS(), which the
-  // schema sees as objects with no properties: the fencing block below compiles to check: token.
-  // it.fails keeps the suite green while the bug stands; drop `.fails` once it is fixed.
-  it.fails(
-    'BUG: a fencing block written as !!omap is honoured or refused, never silently dropped',
-    async () => {
-      const text = [
-        'version: 1',
-        'upstreams:',
-        '  orders: { kind: http, url: "http://127.0.0.1:9000" }',
-        'routes:',
-        '  - name: w',
-        '    methods: [PUT]',
-        '    path: /orders/:id',
-        '    upstream: orders',
-        '    lock: "order:{id}"',
-        '    fencing: !!omap',
-        '      - check: lease',
-      ].join('\n');
-      const { result } = await load(text);
-      if (result.ok) expect(result.policy.routes[0]?.fencing?.check).toBe('lease');
-    },
-  );
+  // Once a bug: YAML 1.1 collection tags (!!omap, !!set) became Map/Set in toJS(), which the
+  // schema saw as objects with no properties: the fencing block below compiled to check: token.
+  it('a fencing block written as !!omap is honoured or refused, never silently dropped', async () => {
+    const text = [
+      'version: 1',
+      'upstreams:',
+      '  orders: { kind: http, url: "http://127.0.0.1:9000" }',
+      'routes:',
+      '  - name: w',
+      '    methods: [PUT]',
+      '    path: /orders/:id',
+      '    upstream: orders',
+      '    lock: "order:{id}"',
+      '    fencing: !!omap',
+      '      - check: lease',
+    ].join('\n');
+    const { file, result } = await load(text);
+    if (result.ok) expect(result.policy.routes[0]?.fencing?.check).toBe('lease');
+    // Refused, at the tag as written.
+    expect(result.ok).toBe(false);
+    if (!result.ok) {
+      expect(result.errors).toHaveLength(1);
+      expect(result.errors[0]).toMatchObject({ file, line: 10, column: 14, field: 'routes[0].fencing' });
+      expect(result.errors[0]?.message).toMatch(/!!omap/);
+    }
+  });
 });
 
 /** Paths of every mapping in the policy (where an unknown key can be added). */

@@ -200,10 +200,9 @@ describe('lock keys from request paths', () => {
     );
   });
 
-  // BUG in src/policy: matchPath assigns params['__proto__'] on a plain object, which is ignored, so
-  // renderLock reads Object.prototype and every order shares the lock "order:[object Object]".
-  // it.fails keeps the suite green while the bug stands; drop `.fails` once it is fixed.
-  it.fails('BUG: a path parameter named __proto__ renders the id, not "[object Object]"', () => {
+  // Once a bug: matchPath assigned params['__proto__'] on a plain object, which was ignored, so
+  // renderLock read Object.prototype and every order shared the lock "order:[object Object]".
+  it('a path parameter named __proto__ renders the id, not "[object Object]"', () => {
     const proto = parsePathPattern('/orders/:__proto__');
     const t = parseLockTemplate('order:{__proto__}');
     if (!proto.ok || !t.ok) throw new Error('setup');
