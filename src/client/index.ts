@@ -72,7 +72,7 @@ export class FencegateClient {
     const requestId = options.requestId ?? randomUUID();
     let lastError: unknown;
     for (let attempt = 0; attempt < this.attempts; attempt++) {
-      const sentAt = Date.now();
+      const sentAt = performance.now();
       try {
         const r = await call<LeaseInfo>(this.fetchImpl, this.lockUrl(key, 'acquire'), {
           method: 'POST',

@@ -4,7 +4,7 @@
  *
  * Fail closed: the client cannot see the store's clock, so it keeps a local,
  * conservative deadline (the time the grant or last successful renewal was *sent*
- * + ttlMs). If no renewal succeeds before that deadline minus a safety margin,
+ * + ttlMs), on the monotonic clock (performance.now), so wall-clock jumps don't move it. If no renewal succeeds before that deadline minus a safety margin,
  * the signal fires even though the server might still consider the lease live.
  */
 import { LeaseLostError } from './errors.js';
@@ -67,7 +67,7 @@ export class Lock {
 
   /** Milliseconds until the local (conservative) deadline. */
   get remainingMs(): number {
-    return Math.max(0, this.localDeadline - Date.now());
+    return Math.max(0, this.localDeadline - performance.now());
   }
 
   get lost(): boolean {
@@ -84,7 +84,7 @@ export class Lock {
 
   private armDeadline(): void {
     if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
-    const wait = Math.max(0, this.localDeadline - this.margin() - Date.now());
+    const wait = Math.max(0, this.localDeadline - this.margin() - performance.now());
     this.deadlineTimer = setTimeout(
       () => this.lose(new LeaseLostError('lease could not be renewed before it expires', 0, null)),
       wait,
@@ -113,7 +113,7 @@ export class Lock {
   /** Extends the lease by ttlMs. Throws LeaseLostError (and fires the signal) if it is gone. */
   async renew(ttlMs = this.ttlMs): Promise<void> {
     if (this.lost) throw this.signal.reason;
-    const sentAt = Date.now();
+    const sentAt = performance.now();
     const r = await call<LeaseInfo>(this.fetchImpl, this.url('renew'), {
       method: 'POST',
       body: { leaseId: this.leaseId, ttlMs },
