@@ -98,8 +98,16 @@ export interface FencegateProcess {
   kill(signal?: NodeJS.Signals): Promise<void>;
 }
 
-/** Runs `fencegate serve` from the build (npm test builds first) with port-0 listeners. */
-export async function startFencegate(args: string[], env: NodeJS.ProcessEnv = {}): Promise<FencegateProcess> {
+/**
+ * Runs `fencegate serve` from the build (npm test builds first) with port-0 listeners.
+ * The start-up allowance is long: on a loaded 2-core machine a new embedded store
+ * (PGlite's initdb in WASM) alone can take tens of seconds.
+ */
+export async function startFencegate(
+  args: string[],
+  env: NodeJS.ProcessEnv = {},
+  startTimeoutMs = 120_000,
+): Promise<FencegateProcess> {
   const proc = spawn(
     process.execPath,
     [BIN, 'serve', '--listen', '127.0.0.1:0', '--control', '127.0.0.1:0', '--log-level', 'warn', ...args],
@@ -108,7 +116,7 @@ export async function startFencegate(args: string[], env: NodeJS.ProcessEnv = {}
   let out = '';
   proc.stdout?.on('data', (d: Buffer) => (out += d.toString()));
   proc.stderr?.on('data', (d: Buffer) => (out += d.toString()));
-  const end = Date.now() + 20_000;
+  const end = Date.now() + startTimeoutMs;
   let m: RegExpExecArray | null;
   while (!(m = /listening data=(\S+) control=(\S+)/.exec(out))) {
     if (proc.exitCode !== null) throw new Error(`fencegate exited ${proc.exitCode}: ${out}`);
