@@ -1,0 +1,216 @@
+/**
+ * The classic fencing failure, with a real pause: a lock owner in its own process
+ * (test/fault/clients/paused-owner.mjs, on the built client SDK with auto-renew, so its
+ * renewals stop with it) acquires with a short TTL and writes once; the test SIGSTOPs it
+ * past its lease; another owner acquires (a higher token) and writes; SIGCONT; the old
+ * owner's next write, sent right after waking with its old token, is refused 409
+ * stale-token and never reaches the upstream. Meanwhile a small background workload
+ * (with in-process simulated pauses) runs on other locks, and the whole run goes through
+ * the history checker.
+ *
+ * A second case uses a `check: lease` route: the owner wakes after its lease expired but
+ * before anyone else took the lock; its write is refused 409 lease-expired all the same
+ * (DESIGN.md, Chubby-style sequencer check). On Redis, Postgres and the embedded store.
+ */
+import { randomBytes } from 'node:crypto';
+import { rm } from 'node:fs/promises';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { FencegateClient } from '../../src/client/index.js';
+import { formatViolation, type ClientOperation, type GrantRecord } from '../checker/index.js';
+import { startFencegate, type FencegateProcess } from '../helpers/procs.js';
+import {
+  checkRun,
+  HistoryRecorder,
+  opId,
+  openFaultStore,
+  runWorkload,
+  startChildClient,
+  startGatedUpstream,
+  writePolicy,
+  type ChildClient,
+  type FaultStore,
+  type GatedUpstream,
+  type StoreKind,
+} from './harness/index.js';
+
+const KINDS: StoreKind[] = ['redis', 'postgres', 'embedded'];
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** The child's grants and write attempts, for the run's history. */
+function childRecords(child: ChildClient) {
+  return {
+    grants: child.events.filter((e) => e.event === 'grant').map((e) => e.grant as GrantRecord),
+    operations: child.events.filter((e) => e.event === 'op').map((e) => e.op as ClientOperation),
+  };
+}
+
+describe.each(KINDS)('paused owner (%s store)', (kind) => {
+  let store: FaultStore | null = null;
+  let upstream: GatedUpstream | null = null;
+  let gateway: FencegateProcess | null = null;
+  let child: ChildClient | null = null;
+  let policyDir = '';
+
+  beforeAll(async () => {
+    upstream = await startGatedUpstream();
+    store = await openFaultStore(kind);
+    const policy = await writePolicy({ orders: { url: upstream.url, timeoutMs: 5000 } }, [
+      { name: 'order-writes', path: '/orders/:orderId', upstream: 'orders', lock: 'order:{orderId}' },
+      {
+        name: 'leased-writes',
+        path: '/leased/orders/:orderId',
+        upstream: 'orders',
+        lock: 'leased:{orderId}',
+        check: 'lease',
+      },
+    ]);
+    policyDir = policy.dir;
+    gateway = await startFencegate([...store.args, '--policies', policy.file]);
+  }, 60_000);
+
+  afterEach(async () => {
+    await child?.kill();
+    child = null;
+  });
+
+  afterAll(async () => {
+    await gateway?.kill();
+    await upstream?.close();
+    await store?.cleanup();
+    if (policyDir) await rm(policyDir, { recursive: true, force: true });
+  }, 60_000);
+
+  it('refuses the woken owner’s write with its old token; it is never applied', async () => {
+    const gw = gateway as FencegateProcess;
+    const up = upstream as GatedUpstream;
+    const history = new HistoryRecorder();
+    const tag = randomBytes(3).toString('hex');
+    const orderId = `paused-${tag}`;
+    const lock = `order:${orderId}`;
+
+    let scenarioOver = false;
+    const background = runWorkload(history, {
+      workers: 2,
+      orderIds: [`bg1-${tag}`, `bg2-${tag}`],
+      ttlMs: 400,
+      maxOps: 40,
+      maxDurationMs: 30_000,
+      pauseChance: 0.25,
+      writerPrefix: `bg-${tag}-`,
+      endpoint: () => ({ control: gw.control, data: gw.data }),
+      stop: () => scenarioOver,
+    });
+
+    const ownerA = `owner-a-${tag}`;
+    const ownerB = `owner-b-${tag}`;
+    child = startChildClient('paused-owner.mjs', {
+      control: gw.control,
+      data: gw.data,
+      path: `/orders/${orderId}`,
+      lock,
+      owner: ownerA,
+      ttlMs: 600,
+      autoRenew: true,
+      runId: `paused-${tag}`,
+    });
+    const grantA = (await child.next('grant')).grant as GrantRecord;
+    const first = await child.next('op');
+    expect((first.op as ClientOperation).acknowledged, JSON.stringify(first)).toBe(true);
+    await child.next('ready');
+
+    child.signal('SIGSTOP'); // renewals stop with it: the lease runs out
+
+    // B queues for the lock and gets it when A's lease expires.
+    const lockB = await history.acquire(gw.control, lock, ownerB, { ttlMs: 10_000, waitMs: 20_000 });
+    expect(lockB, 'owner B got the lock after A’s lease expired').not.toBeNull();
+    const tokenB = lockB?.fencingToken as string;
+    expect(BigInt(tokenB)).toBeGreaterThan(BigInt(grantA.token));
+    const writeB = await history.write({
+      data: gw.data,
+      path: `/orders/${orderId}`,
+      lock,
+      token: tokenB,
+      writer: ownerB,
+      requestId: opId(ownerB),
+    });
+    expect(writeB.status).toBe(200);
+
+    child.sendLine('wake'); // waiting in the pipe: read the moment the process runs again
+    child.signal('SIGCONT');
+    const done = await child.next('done');
+    // The SDK's own fail-closed deadline fired too once the process ran again (Lock.signal):
+    // a client using lock.fetch would not have sent this write at all. The gateway must not
+    // rely on that, which is why the child sends it with plain fetch.
+    expect(done.leaseLostLocally).toBe(true);
+    const afterPause = child.events.find((e) => e.event === 'op' && e.label === 'after-pause');
+    expect(afterPause, JSON.stringify(child.events)).toBeDefined();
+    const staleOp = afterPause?.op as ClientOperation;
+    const body = afterPause?.body as Record<string, unknown>;
+    expect(staleOp.token).toBe(grantA.token);
+    expect(staleOp.status, JSON.stringify(body)).toBe(409);
+    expect(body.type).toBe('urn:fencegate:stale-token');
+    expect(body.token).toBe(grantA.token);
+    expect(body.highest).toBe(tokenB);
+    expect(await child.exited()).toBe(0);
+    expect(up.indexOf('received', staleOp.requestId), 'the stale write reached the upstream').toBe(-1);
+
+    history.merge(childRecords(child));
+    await lockB?.release();
+    scenarioOver = true;
+    const bg = await background;
+
+    const { result, writes } = await checkRun(up.url, history);
+    expect(result.ok, formatViolation(result)).toBe(true);
+    expect(writes.filter((w) => w.id === orderId).map((w) => w.writer)).toEqual([ownerA, ownerB]);
+    expect(bg.grants).toBeGreaterThan(0);
+    if (result.ok) expect(result.stats.acknowledged).toBeGreaterThanOrEqual(2);
+  }, 120_000);
+
+  it('check: lease refuses the woken owner even when nobody took the lock over', async () => {
+    const gw = gateway as FencegateProcess;
+    const up = upstream as GatedUpstream;
+    const history = new HistoryRecorder();
+    const tag = randomBytes(3).toString('hex');
+    const orderId = `lapsed-${tag}`;
+    const lock = `leased:${orderId}`;
+    child = startChildClient('paused-owner.mjs', {
+      control: gw.control,
+      data: gw.data,
+      path: `/leased/orders/${orderId}`,
+      lock,
+      owner: `owner-${tag}`,
+      ttlMs: 500,
+      autoRenew: true,
+      runId: `lapsed-${tag}`,
+    });
+    const grant = (await child.next('grant')).grant as GrantRecord;
+    expect(((await child.next('op')).op as ClientOperation).status).toBe(201);
+    await child.next('ready');
+    child.signal('SIGSTOP');
+
+    // Wait (bounded) until the issuer itself says the lease is gone; nobody acquires.
+    const inspector = new FencegateClient({ url: gw.control, requestTimeoutMs: 10_000 });
+    let held = true;
+    for (let i = 0; i < 200 && held; i++) {
+      await sleep(50);
+      held = (await inspector.inspect(lock))?.held ?? false;
+    }
+    expect(held, 'the lease expired while the owner was stopped').toBe(false);
+
+    child.sendLine('wake');
+    child.signal('SIGCONT');
+    await child.next('done');
+    const afterPause = child.events.find((e) => e.event === 'op' && e.label === 'after-pause');
+    const op = afterPause?.op as ClientOperation;
+    const body = afterPause?.body as Record<string, unknown>;
+    expect(op.token).toBe(grant.token);
+    expect(op.status, JSON.stringify(body)).toBe(409);
+    expect(body.type).toBe('urn:fencegate:lease-expired');
+    expect(up.indexOf('received', op.requestId)).toBe(-1);
+    expect(await child.exited()).toBe(0);
+
+    history.merge(childRecords(child));
+    const { result } = await checkRun(up.url, history, { only: (w) => w.lock === lock });
+    expect(result.ok, formatViolation(result)).toBe(true);
+  }, 120_000);
+});
