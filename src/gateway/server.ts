@@ -12,6 +12,7 @@ import type { Store } from '../store/types.js';
 import { deferContinue } from './continue.js';
 import { fencePlugin } from './fence.js';
 import { forwardPlugin } from './forward.js';
+import { errorHandler } from './problems.js';
 import { routingPlugin } from './routing.js';
 import { StoreGuard, type StoreGuardOptions } from './store-guard.js';
 import { UpstreamPool } from './upstreams.js';
@@ -47,6 +48,8 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
     // Uploads stream through for as long as they take; upstream timeouts bound the wait for answers.
     requestTimeout: 0,
     return503OnClosing: true,
+    // Errors raised before routing (a URL that does not decode) are problems too.
+    frameworkErrors: (error, request, reply) => errorHandler(error, request, reply),
   }) as unknown as FastifyInstance;
 
   // 100 Continue is sent by the forward step once the fence admitted the request, not on arrival.

@@ -97,6 +97,11 @@ export class UpstreamPool {
       (res) => {
         observe(`${Math.floor(res.statusCode / 100)}xx`);
         forward.settled();
+        // When the client has already gone, reply-from destroys this body without an error
+        // listener, and undici's body then emits RequestAbortedError: unhandled, it would
+        // crash the process. Whoever pipes the body adds its own listeners; this one only
+        // keeps an abandoned body's error from being fatal.
+        res.body.on('error', ignoreAbandonedBodyError);
         cb(null, res);
       },
       (err: Error) => {
@@ -151,3 +156,5 @@ export class UpstreamPool {
 function signatureOf(upstream: CompiledUpstream): string {
   return JSON.stringify([upstream.origin, upstream.timeoutMs, upstream.breaker]);
 }
+
+function ignoreAbandonedBodyError(): void {}

@@ -62,8 +62,18 @@ export type RequestPath = { ok: true; segments: string[] } | { ok: false; reason
  * dropped (so `//` and a trailing `/` do not matter); dot segments, encoded "/" or
  * "\\", NUL and bad percent-encoding are refused rather than guessed at.
  */
+/**
+ * Characters a request path may carry raw (RFC 3986 pchar, "/" and "%"). Anything else,
+ * "#" above all, is refused: a client (or undici) may cut or re-encode it, so the path
+ * the fence was computed on would not be the path the upstream applies the write to.
+ */
+const RAW_PATH = /^[A-Za-z0-9\-._~!$&'()*+,;=:@%/]*$/;
+
 export function splitRequestPath(rawPath: string): RequestPath {
   if (!rawPath.startsWith('/')) return { ok: false, reason: 'path must start with "/"' };
+  if (!RAW_PATH.test(rawPath)) {
+    return { ok: false, reason: 'path has characters that must be percent-encoded (such as "#")' };
+  }
   const segments: string[] = [];
   for (const raw of rawPath.split('/')) {
     if (raw.length === 0) continue;
