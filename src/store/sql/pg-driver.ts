@@ -209,6 +209,13 @@ export class PgDriver implements SqlDriver {
     }
     const tx = executor(client, this.where);
     let broken: Error | undefined;
+    // pg-pool drops its idle 'error' listener while a client is checked out; a connection
+    // that dies mid-transaction (Postgres killed) then emits an unhandled 'error' that would
+    // end the process. Keep one until release, and release the client as broken.
+    const onError = (err: Error) => {
+      broken = err;
+    };
+    client.on('error', onError);
     try {
       await tx.exec('BEGIN');
       const result = await fn(tx);
@@ -228,6 +235,8 @@ export class PgDriver implements SqlDriver {
       }
       throw err;
     } finally {
+      // A broken client is destroyed and may still emit: it keeps the listener.
+      if (broken === undefined) client.off('error', onError);
       client.release(broken);
     }
   }
