@@ -56,11 +56,16 @@ describe('kill -9 on the embedded store', () => {
       }
     };
 
+    const ackedCount = () => [...acked.values()].reduce((n, t) => n + t.length, 0);
     for (let round = 0; round < 4; round++) {
       server = await startFencegate(['--store', dir, '--policies', 'test/fixtures/empty-policy.yaml']);
       control = server.control;
       if (round === 0) void Promise.all([0, 1, 2, 3].map(worker));
-      await new Promise((r) => setTimeout(r, 400 + Math.random() * 600));
+      // Kill mid-load: once this round has acknowledged a few grants (bounded wait), at a random moment.
+      const target = ackedCount() + 4;
+      const until = Date.now() + 30_000;
+      while (ackedCount() < target && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+      await new Promise((r) => setTimeout(r, Math.random() * 300));
       await server.kill('SIGKILL');
     }
     running = false;
