@@ -5,87 +5,34 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtemp } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
+import { freePort, startRedisServer, type RedisServer } from './redis-server.js';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 export const BIN = join(ROOT, 'bin', 'fencegate.js');
 
-export async function freePort(): Promise<number> {
-  const srv = createServer();
-  srv.listen(0, '127.0.0.1');
-  await once(srv, 'listening');
-  const port = (srv.address() as { port: number }).port;
-  srv.close();
-  await once(srv, 'close');
-  return port;
-}
+export { freePort };
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-export interface RedisProcess {
-  url: string;
-  port: number;
-  dir: string;
-  proc: ChildProcess;
-  /** SIGKILL and wait for exit. */
-  kill(): Promise<void>;
-  /** Start again on the same port and directory (data kept only if persistence was on). */
+export interface RedisProcess extends RedisServer {
+  /** Kill and start again on the same port and directory (data kept only if persistence was on). */
   restart(): Promise<void>;
-  stop(): Promise<void>;
 }
 
 /** A private redis-server (never the shared one). `durable` turns on AOF appendfsync always. */
 export async function startRedis(options: { durable?: boolean } = {}): Promise<RedisProcess> {
-  const port = await freePort();
-  const dir = await mkdtemp(join(tmpdir(), 'fg-redis-'));
-  const args = [
-    '--port',
-    String(port),
-    '--bind',
-    '127.0.0.1',
-    '--dir',
-    dir,
-    '--save',
-    '',
-    '--daemonize',
-    'no',
-  ];
-  args.push(
-    ...(options.durable ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no']),
+  const server = await startRedisServer(
+    options.durable ? ['--appendonly', 'yes', '--appendfsync', 'always'] : [],
   );
-  const r: RedisProcess = {
-    url: `redis://127.0.0.1:${port}`,
-    port,
-    dir,
-    proc: undefined as unknown as ChildProcess,
-    async kill() {
-      if (r.proc.exitCode === null && r.proc.signalCode === null) {
-        r.proc.kill('SIGKILL');
-        await once(r.proc, 'exit');
-      }
-    },
+  return Object.assign(server, {
     async restart() {
-      await r.kill();
-      await launch();
+      await server.kill();
+      await server.start();
     },
-    stop: () => r.kill(),
-  };
-  async function launch() {
-    r.proc = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    r.proc.stdout?.on('data', (d: Buffer) => (out += d.toString()));
-    const end = Date.now() + 10_000;
-    while (!/Ready to accept connections/.test(out)) {
-      if (r.proc.exitCode !== null) throw new Error(`redis-server exited: ${out}`);
-      if (Date.now() > end) throw new Error(`redis-server did not start: ${out}`);
-      await sleep(20);
-    }
-  }
-  await launch();
-  return r;
+  });
 }
 
 export interface FencegateProcess {

@@ -9,7 +9,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   const srv = createServer();
   srv.listen(0, '127.0.0.1');
   await once(srv, 'listening');
@@ -23,6 +23,8 @@ async function freePort(): Promise<number> {
 export interface RedisServer {
   url: string;
   port: number;
+  /** Its data directory (AOF files when persistence is on). */
+  dir: string;
   /** SIGKILL, wait for exit. */
   kill(): Promise<void>;
   /** Start again, same port and arguments. */
@@ -59,6 +61,7 @@ export async function startRedisServer(extraArgs: string[] = []): Promise<RedisS
   const server: RedisServer = {
     url: `redis://127.0.0.1:${port}`,
     port,
+    dir,
     async kill() {
       const p = proc;
       if (p === null || p.exitCode !== null || p.signalCode !== null) return;
