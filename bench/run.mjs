@@ -287,7 +287,11 @@ p99 added by fencing: **${(fencedHalf.p99 - bareHalf.p99).toFixed(2)} ms** (goal
 Samples every 5 s (MiB): ${samples.map((k) => (k / 1024).toFixed(1)).join(', ')}.
 From the second sample to the last: ${firstRss && lastRss ? ((lastRss - firstRss) / 1024).toFixed(1) : '?'} MiB.
 `;
-  await writeFile(join(ROOT, 'bench', 'RESULTS.md'), md);
+  // A hand-written "What limits it" section (profile findings) is carried over to the new results.
+  const previous = await readFile(join(ROOT, 'bench', 'RESULTS.md'), 'utf8').catch(() => '');
+  const notesAt = previous.indexOf('\n## What limits it');
+  const notes = notesAt < 0 ? '' : previous.slice(notesAt);
+  await writeFile(join(ROOT, 'bench', 'RESULTS.md'), md + notes);
   process.stdout.write(`\n${md}`);
   await rm(tmp, { recursive: true, force: true });
 }

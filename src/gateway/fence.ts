@@ -84,17 +84,39 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     );
   }
 
-  app.addHook('preHandler', async (request: FastifyRequest, reply: FastifyReply) => {
+  // Callback style: an unfenced request passes without a promise or a microtask. A
+  // fenced one runs fenceRequest; when that sent a refusal, done() is not called.
+  app.addHook('preHandler', (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
     const state = request.fencegate;
-    if (state === null) return undefined;
-    const { route, params } = state.match;
-    const fencing: FencingSettings | null = route.fencing;
-    if (fencing === null) return undefined;
+    const fencing = state?.match.route.fencing ?? null;
+    if (state === null || fencing === null) {
+      done();
+      return;
+    }
+    fenceRequest(request, reply, state, fencing).then(
+      (sent) => {
+        if (sent === undefined) done();
+      },
+      (err: unknown) => done(err instanceof Error ? err : new Error(String(err))),
+    );
+  });
 
-    const gone = new AbortController();
+  async function fenceRequest(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    state: GatewayRequestState,
+    fencing: FencingSettings,
+  ): Promise<FastifyReply | undefined> {
+    const { route, params } = state.match;
+
+    // The AbortController is made only for a request that waits at the barrier: aborting
+    // one builds a DOMException (with a stack), too costly to do on every response.
+    let clientGone = false;
+    let gone: AbortController | null = null;
     let entry: InflightEntry | null = null;
     reply.raw.once('close', () => {
-      gone.abort();
+      clientGone = true;
+      gone?.abort();
       entry?.clientClosed();
     });
 
@@ -120,13 +142,14 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     }
 
     entry = new InflightEntry(() => void guard.finish(lock, request.id));
-    if (gone.signal.aborted) entry.clientClosed(); // finished: the proxy will not forward it
+    if (clientGone) entry.clientClosed(); // finished: the proxy will not forward it
     if (verdict.lowerInflight > 0 && !entry.finished) {
+      gone = new AbortController();
       const barrier = await passBarrier(lock, token, fencing, gone.signal);
       if (barrier !== null) {
         entry.finish();
         // A client that went away gets no event; the reply goes nowhere but must not reach the proxy.
-        if (!gone.signal.aborted) {
+        if (!clientGone) {
           record(request, state, { ...verdict, problem: barrier, reason: 'unavailable' }, true);
         }
         return sendProblem(reply, barrier);
@@ -135,7 +158,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     metrics.admittedWrites.inc({ route: route.name });
     state.fence = { mode: 'admitted', lock, token, entry };
     return undefined;
-  });
+  }
 }
 
 export const fencePlugin = fp(fence, {

@@ -21,7 +21,7 @@ import {
 import { sendContinue } from './continue.js';
 import { sendProblem } from './problems.js';
 import { upstreamProblem } from './upstream-errors.js';
-import type { ForwardScope, UpstreamPool } from './upstreams.js';
+import { attachScope, type ForwardScope, type UpstreamPool } from './upstreams.js';
 
 export interface ForwardOptions {
   pool: UpstreamPool;
@@ -85,23 +85,24 @@ async function forward(app: FastifyInstance, opts: ForwardOptions): Promise<void
       settled: () => entry?.upstreamSettled(),
       clientGone: () => clientLeft,
     };
-    return pool.run(scope, () =>
-      reply.from(upstream.basePath + state.path, {
-        getUpstream: () => upstream.origin,
-        rewriteRequestHeaders: (_req, headers) =>
-          upstreamRequestHeaders(request, state, headers as Headers, trustProxy) as IncomingHttpHeaders,
-        rewriteHeaders: (headers) => stripResponseHeaders(headers as Headers) as IncomingHttpHeaders,
-        retryDelay: () => null,
-        onError: (errReply, { error }) => {
-          request.log.warn({ err: error, upstream: upstream.name }, 'upstream request failed');
-          if (errReply.sent || reply.raw.destroyed) return;
-          sendProblem(
-            errReply as FastifyReply,
-            upstreamProblem(error, upstream.name, pool.retryAfterSeconds(upstream)),
-          );
-        },
-      }),
-    );
+    return reply.from(upstream.basePath + state.path, {
+      getUpstream: () => upstream.origin,
+      rewriteRequestHeaders: (_req, headers) =>
+        attachScope(
+          upstreamRequestHeaders(request, state, headers as Headers, trustProxy),
+          scope,
+        ) as IncomingHttpHeaders,
+      rewriteHeaders: (headers) => stripResponseHeaders(headers as Headers) as IncomingHttpHeaders,
+      retryDelay: () => null,
+      onError: (errReply, { error }) => {
+        request.log.warn({ err: error, upstream: upstream.name }, 'upstream request failed');
+        if (errReply.sent || reply.raw.destroyed) return;
+        sendProblem(
+          errReply as FastifyReply,
+          upstreamProblem(error, upstream.name, pool.retryAfterSeconds(upstream)),
+        );
+      },
+    });
   }
 
   // No body is ever parsed: fastify's built-in text/plain parser would buffer (and cap) the

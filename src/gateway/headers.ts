@@ -98,12 +98,16 @@ export function stripRequestHeaders(
   connection: HeaderValue,
   extra: readonly string[] = [],
 ): Headers {
-  const drop = new Set([...connectionTokens(connection), ...extra]);
+  // The common case (no Connection header, at most one extra name) builds no Set.
+  const listed = connection === undefined ? null : connectionTokens(connection);
+  const drop = listed === null || listed.length === 0 ? null : new Set([...listed, ...extra]);
   // No prototype: header names are the client's, and "__proto__" must stay a name like any other.
   const out = Object.create(null) as Headers;
-  for (const [name, value] of Object.entries(headers)) {
+  for (const name of Object.keys(headers)) {
+    const value = headers[name];
     const lower = name.toLowerCase();
-    if (value === undefined || HOP_BY_HOP.has(lower) || drop.has(lower)) continue;
+    if (value === undefined || HOP_BY_HOP.has(lower)) continue;
+    if (drop !== null ? drop.has(lower) : extra.includes(lower)) continue;
     if (isGatewayOwned(lower) || CONSUMED_BY_GATEWAY.has(lower)) continue;
     out[lower] = value;
   }
@@ -112,11 +116,13 @@ export function stripRequestHeaders(
 
 /** Removes hop-by-hop headers and those the upstream named in its `Connection` header. */
 export function stripResponseHeaders<T extends Headers>(headers: T): T {
-  const drop = new Set(connectionTokens(headers.connection));
+  const connection = headers.connection;
+  const drop = connection === undefined ? null : new Set(connectionTokens(connection));
   const out = Object.create(null) as Headers;
-  for (const [name, value] of Object.entries(headers)) {
+  for (const name of Object.keys(headers)) {
+    const value = headers[name];
     const lower = name.toLowerCase();
-    if (value === undefined || HOP_BY_HOP.has(lower) || drop.has(lower)) continue;
+    if (value === undefined || HOP_BY_HOP.has(lower) || drop?.has(lower) === true) continue;
     out[name] = value;
   }
   return out as T;

@@ -18,26 +18,33 @@ async function routing(app: FastifyInstance, opts: RoutingOptions): Promise<void
   app.decorateRequest('fencegate', null);
   app.setErrorHandler(errorHandler);
   app.setNotFoundHandler(notFoundHandler);
-  app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
+  // Callback style (not async): no promise and no microtask per request. A refusal sends
+  // the problem and does not call done(), which ends the hook chain.
+  app.addHook('onRequest', (request: FastifyRequest, reply: FastifyReply, done: () => void) => {
     const { headers } = request;
     // Node's parser already refuses this; kept so a lenient parser can never let a smuggling pair through.
     if (headers['content-length'] !== undefined && headers['transfer-encoding'] !== undefined) {
       reply.header('connection', 'close');
-      return sendProblem(
+      sendProblem(
         reply,
         new ProblemError('bad-request', 'both Content-Length and Transfer-Encoding are set'),
       );
+      return;
     }
     const path = pathOf(request.raw.url ?? '/');
     const split = splitRequestPath(path);
-    if (!split.ok) return sendProblem(reply, new ProblemError('bad-request', split.reason));
+    if (!split.ok) {
+      sendProblem(reply, new ProblemError('bad-request', split.reason));
+      return;
+    }
     const policy = opts.policy.current;
     const match = policy.match(request.method, split.segments);
     if (match === null) {
-      return sendProblem(reply, new ProblemError('no-route', `no route for ${request.method} ${path}`));
+      sendProblem(reply, new ProblemError('no-route', `no route for ${request.method} ${path}`));
+      return;
     }
     request.fencegate = { policy, match, path, fence: null };
-    return undefined;
+    done();
   });
 }
 

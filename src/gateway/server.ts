@@ -44,6 +44,9 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
     ...loggerOption,
     trustProxy,
     genReqId: () => randomUUID(),
+    // A request's child logger is made only when something is logged for it (pino's
+    // child() serialises the bindings each time: a measurable cost on every request).
+    childLoggerFactory: (logger, bindings, childOpts) => lazyChild(logger, bindings, childOpts),
     requestIdHeader: false,
     // Uploads stream through for as long as they take; upstream timeouts bound the wait for answers.
     requestTimeout: 0,
@@ -68,4 +71,72 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   await app.register(fencePlugin, { guard, metrics: opts.metrics, events: opts.events });
   await app.register(forwardPlugin, { pool, trustProxy });
   return app;
+}
+
+type Level = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
+type LogArgs = [obj: unknown, msg?: string, ...args: unknown[]];
+type ChildArgs = Parameters<FastifyBaseLogger['child']>;
+
+/** A child logger that calls parent.child() on the first enabled log call (or child()). */
+class LazyChildLogger {
+  private real: FastifyBaseLogger | null = null;
+
+  constructor(
+    private readonly parent: FastifyBaseLogger,
+    private readonly bindings: ChildArgs[0],
+    private readonly options: ChildArgs[1],
+  ) {}
+
+  get level(): string {
+    return this.real?.level ?? this.parent.level;
+  }
+
+  set level(level: string) {
+    this.logger().level = level;
+  }
+
+  fatal(...args: LogArgs): void {
+    this.log('fatal', args);
+  }
+  error(...args: LogArgs): void {
+    this.log('error', args);
+  }
+  warn(...args: LogArgs): void {
+    this.log('warn', args);
+  }
+  info(...args: LogArgs): void {
+    this.log('info', args);
+  }
+  debug(...args: LogArgs): void {
+    this.log('debug', args);
+  }
+  trace(...args: LogArgs): void {
+    this.log('trace', args);
+  }
+  silent(): void {}
+
+  child(...args: ChildArgs): FastifyBaseLogger {
+    return this.logger().child(...args);
+  }
+
+  private logger(): FastifyBaseLogger {
+    return (this.real ??= this.parent.child(this.bindings, this.options));
+  }
+
+  private log(level: Level, args: LogArgs): void {
+    if (this.real === null) {
+      const enabled = (this.parent as { isLevelEnabled?: (l: string) => boolean }).isLevelEnabled;
+      if (typeof enabled === 'function' && !enabled.call(this.parent, level)) return;
+    }
+    const logger = this.logger();
+    (logger[level] as (...a: LogArgs) => void).apply(logger, args);
+  }
+}
+
+function lazyChild(
+  parent: FastifyBaseLogger,
+  bindings: ChildArgs[0],
+  options: ChildArgs[1],
+): FastifyBaseLogger {
+  return new LazyChildLogger(parent, bindings, options) as unknown as FastifyBaseLogger;
 }

@@ -1,9 +1,9 @@
 /**
- * Store calls on the request path, behind an opossum circuit breaker: while the
+ * Store calls on the request path, behind a circuit breaker (breaker.ts): while the
  * store is down, fenced writes fail fast with 503 fence-unavailable instead of each
  * waiting for a timeout. Every failure is counted (fencegate_store_errors_total).
  */
-import CircuitBreaker from 'opossum';
+import { Breaker } from './breaker.js';
 import { ProblemError } from '../errors.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { AdmitRequest, AdmitResult, Store } from '../store/types.js';
@@ -23,10 +23,8 @@ export interface GuardLog {
   warn(obj: object, msg: string): void;
 }
 
-type Thunk = () => Promise<unknown>;
-
 export class StoreGuard {
-  private readonly breaker: CircuitBreaker<[Thunk], unknown>;
+  private readonly breaker: Breaker;
   private readonly resetTimeoutMs: number;
   private openedAt = 0;
 
@@ -37,21 +35,21 @@ export class StoreGuard {
     options: StoreGuardOptions = {},
   ) {
     this.resetTimeoutMs = options.resetTimeoutMs ?? 5000;
-    this.breaker = new CircuitBreaker((thunk: Thunk) => thunk(), {
-      name: 'fence-store',
-      timeout: options.timeoutMs ?? 2000,
-      resetTimeout: this.resetTimeoutMs,
+    this.breaker = new Breaker({
+      timeoutMs: options.timeoutMs ?? 2000,
+      resetTimeoutMs: this.resetTimeoutMs,
       errorThresholdPercentage: options.errorThresholdPercentage ?? 50,
       volumeThreshold: options.volumeThreshold ?? 5,
+      rollingWindowMs: 10_000,
+      onOpen: () => {
+        this.openedAt = Date.now();
+        this.log.warn(
+          { store: store.kind },
+          'fence store circuit opened: fenced writes get 503 until it recovers',
+        );
+      },
+      onClose: () => this.log.warn({ store: store.kind }, 'fence store circuit closed'),
     });
-    this.breaker.on('open', () => {
-      this.openedAt = Date.now();
-      this.log.warn(
-        { store: store.kind },
-        'fence store circuit opened: fenced writes get 503 until it recovers',
-      );
-    });
-    this.breaker.on('close', () => this.log.warn({ store: store.kind }, 'fence store circuit closed'));
   }
 
   /**
@@ -98,11 +96,11 @@ export class StoreGuard {
 
   private async call<T>(op: string, fn: () => Promise<T>): Promise<T> {
     try {
-      return (await this.breaker.fire(() => {
+      return await this.breaker.fire(() => {
         const p = fn();
         p.catch(() => undefined); // a call that outlives the breaker's timeout must not go unhandled
         return p;
-      })) as T;
+      });
     } catch (err) {
       this.metrics.storeErrors.inc({ op });
       throw this.unavailable(err, op);

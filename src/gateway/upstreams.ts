@@ -1,14 +1,18 @@
 /**
- * Upstream connections: one undici Agent and one opossum circuit breaker per
+ * Upstream connections: one undici Pool and one circuit breaker (breaker.ts) per
  * upstream, shared by all requests. reply-from is given `dispatcher` as its undici
- * instance; each forwarded request runs inside a ForwardScope (AsyncLocalStorage),
- * which tells the dispatcher which upstream it is for and lets it report exactly
- * when the upstream request started and settled (answer, error or timeout) — the
- * moment the request's in-flight fence entry can be finished.
+ * instance; each forwarded request carries its ForwardScope on the request headers
+ * under a private symbol (attachScope; reply-from copies the headers with
+ * Object.assign, which keeps symbol keys, and undici only reads string keys). The
+ * scope tells the dispatcher which upstream the request is for and lets it report
+ * exactly when the upstream request started and settled (answer, error or timeout) —
+ * the moment the request's in-flight fence entry can be finished.
+ *
+ * (An AsyncLocalStorage did this before; merely having one active makes Node run
+ * promise hooks for every promise in the process, a measurable cost per request.)
  */
-import { AsyncLocalStorage } from 'node:async_hooks';
-import CircuitBreaker from 'opossum';
-import { Agent, type Dispatcher } from 'undici';
+import { Breaker } from './breaker.js';
+import { Pool, type Dispatcher } from 'undici';
 import type { Metrics } from '../observe/metrics.js';
 import type { CompiledPolicy, CompiledUpstream } from '../policy/index.js';
 import { isUpstreamFailure } from './upstream-errors.js';
@@ -29,8 +33,8 @@ type Callback = (err: Error | null, data?: ResponseData) => void;
 
 interface Client {
   signature: string;
-  agent: Agent;
-  breaker: CircuitBreaker<[RequestOptions, ForwardScope], ResponseData>;
+  agent: Pool;
+  breaker: Breaker;
   openedAt: number;
 }
 
@@ -38,7 +42,21 @@ export interface UpstreamLog {
   warn(obj: object, msg: string): void;
 }
 
-const scope = new AsyncLocalStorage<ForwardScope>();
+const SCOPE = Symbol('fencegate.forwardScope');
+
+type ScopedHeaders = Record<string | symbol, unknown>;
+
+/** Attaches `forward` to the upstream request headers (under a symbol, never sent). */
+export function attachScope<H extends object>(headers: H, forward: ForwardScope): H {
+  (headers as ScopedHeaders)[SCOPE] = forward;
+  return headers;
+}
+
+/** Pool settings: as @fastify/reply-from's own default undici pool (the bare proxy's). */
+const POOL_OPTIONS = { connections: 128, pipelining: 1, keepAliveTimeout: 4_000 } as const;
+
+/** signatureOf, computed once per compiled upstream (they are immutable). */
+const signatures = new WeakMap<CompiledUpstream, string>();
 
 export class UpstreamPool {
   private readonly clients = new Map<string, Client>();
@@ -50,11 +68,6 @@ export class UpstreamPool {
     private readonly metrics: Metrics,
     private readonly log: UpstreamLog,
   ) {}
-
-  /** Runs `fn` (which calls reply.from) with the scope visible to the dispatcher. */
-  run<T>(forward: ForwardScope, fn: () => T): T {
-    return scope.run(forward, fn);
-  }
 
   /** Seconds until the upstream's open circuit lets a trial request through. */
   retryAfterSeconds(upstream: CompiledUpstream): number {
@@ -78,11 +91,13 @@ export class UpstreamPool {
   }
 
   private dispatch(opts: RequestOptions, cb: Callback): void {
-    const forward = scope.getStore();
+    const headers = opts.headers as ScopedHeaders | undefined;
+    const forward = headers?.[SCOPE] as ForwardScope | undefined;
     if (forward === undefined) {
       cb(new Error('upstream request outside a forward scope'));
       return;
     }
+    delete headers?.[SCOPE];
     const { upstream } = forward;
     const client = this.client(upstream);
     const started = performance.now();
@@ -93,23 +108,27 @@ export class UpstreamPool {
       );
     forward.started();
     const request = { ...opts, headersTimeout: upstream.timeoutMs, bodyTimeout: upstream.timeoutMs };
-    client.breaker.fire(request, forward).then(
-      (res) => {
-        observe(`${Math.floor(res.statusCode / 100)}xx`);
-        forward.settled();
-        // When the client has already gone, reply-from destroys this body without an error
-        // listener, and undici's body then emits RequestAbortedError: unhandled, it would
-        // crash the process. Whoever pipes the body adds its own listeners; this one only
-        // keeps an abandoned body's error from being fatal.
-        res.body.on('error', ignoreAbandonedBodyError);
-        cb(null, res);
-      },
-      (err: Error) => {
-        observe('error');
-        forward.settled();
-        cb(err);
-      },
-    );
+    // true = "not a failure": client-side errors never open the upstream's circuit.
+    const excused = (err: unknown) => forward.clientGone() || !isUpstreamFailure(err);
+    client.breaker
+      .fire(() => client.agent.request(request), excused)
+      .then(
+        (res) => {
+          observe(`${Math.floor(res.statusCode / 100)}xx`);
+          forward.settled();
+          // When the client has already gone, reply-from destroys this body without an error
+          // listener, and undici's body then emits RequestAbortedError: unhandled, it would
+          // crash the process. Whoever pipes the body adds its own listeners; this one only
+          // keeps an abandoned body's error from being fatal.
+          res.body.on('error', ignoreAbandonedBodyError);
+          cb(null, res);
+        },
+        (err: Error) => {
+          observe('error');
+          forward.settled();
+          cb(err);
+        },
+      );
   }
 
   private client(upstream: CompiledUpstream): Client {
@@ -117,31 +136,25 @@ export class UpstreamPool {
     const existing = this.clients.get(upstream.name);
     if (existing !== undefined && existing.signature === signature) return existing;
     if (existing !== undefined) void this.drop(upstream.name, existing);
-    const agent = new Agent({ connections: 256, keepAliveTimeout: 4_000 });
+    const agent = new Pool(upstream.origin, POOL_OPTIONS);
     const { breaker: settings } = upstream;
-    const breaker = new CircuitBreaker(
-      (opts: RequestOptions, _forward: ForwardScope) => agent.request(opts),
-      {
-        name: `upstream:${upstream.name}`,
-        timeout: false,
-        errorThresholdPercentage: settings.errorThresholdPercentage,
-        volumeThreshold: settings.volumeThreshold,
-        resetTimeout: settings.resetTimeoutMs,
-        rollingCountTimeout: settings.rollingWindowMs,
-        // true = "not a failure": client-side errors never open the upstream's circuit.
-        errorFilter: ((err: unknown, _opts: RequestOptions, forward: ForwardScope) =>
-          forward.clientGone() || !isUpstreamFailure(err)) as (err: unknown) => boolean,
+    let client: Client | null = null;
+    const breaker = new Breaker({
+      timeoutMs: false,
+      errorThresholdPercentage: settings.errorThresholdPercentage,
+      volumeThreshold: settings.volumeThreshold,
+      resetTimeoutMs: settings.resetTimeoutMs,
+      rollingWindowMs: settings.rollingWindowMs,
+      onOpen: () => {
+        if (client !== null) client.openedAt = Date.now();
+        this.log.warn(
+          { upstream: upstream.name },
+          'upstream circuit opened: requests get 502 until it recovers',
+        );
       },
-    );
-    const client: Client = { signature, agent, breaker, openedAt: 0 };
-    breaker.on('open', () => {
-      client.openedAt = Date.now();
-      this.log.warn(
-        { upstream: upstream.name },
-        'upstream circuit opened: requests get 502 until it recovers',
-      );
+      onClose: () => this.log.warn({ upstream: upstream.name }, 'upstream circuit closed'),
     });
-    breaker.on('close', () => this.log.warn({ upstream: upstream.name }, 'upstream circuit closed'));
+    client = { signature, agent, breaker, openedAt: 0 };
     this.clients.set(upstream.name, client);
     return client;
   }
@@ -154,7 +167,12 @@ export class UpstreamPool {
 }
 
 function signatureOf(upstream: CompiledUpstream): string {
-  return JSON.stringify([upstream.origin, upstream.timeoutMs, upstream.breaker]);
+  let signature = signatures.get(upstream);
+  if (signature === undefined) {
+    signature = JSON.stringify([upstream.origin, upstream.timeoutMs, upstream.breaker]);
+    signatures.set(upstream, signature);
+  }
+  return signature;
 }
 
 function ignoreAbandonedBodyError(): void {}

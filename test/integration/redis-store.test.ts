@@ -220,6 +220,26 @@ describe('epochs and state loss', () => {
   });
 });
 
+describe('epoch floor on admission', () => {
+  it('a floor raised by another process refuses tokens at or below it on the next admission, leaving no entry', async () => {
+    const a = await grant('k');
+    const b = await grant('k2');
+    // The first admissions read the floor; later ones pass the floor last read and re-read it.
+    expect(await admit('k', a.token)).toMatchObject({ ok: true });
+    expect(await admit('k2', b.token)).toMatchObject({ ok: true });
+    const { inflight } = lockKeys(t.prefix, 'k');
+    const before = Number(await redisCall(t.url, 'ZCARD', inflight));
+    // Another process bumps the epoch (the floor moves at or above every token issued so far).
+    await redisCall(t.url, 'HSET', `${t.prefix}:epoch`, 'id', 'other', 'floor', (b.token + 1n).toString());
+    expect(await admit('k', a.token)).toMatchObject({ ok: false, reason: 'stale' });
+    expect(await admit('k2', b.token)).toMatchObject({ ok: false, reason: 'stale' });
+    expect(Number(await redisCall(t.url, 'ZCARD', inflight))).toBe(before);
+    const c = await grant('k3');
+    expect(c.token).toBeGreaterThan(b.token + 1n);
+    expect(await admit('k3', c.token)).toMatchObject({ ok: true });
+  });
+});
+
 describe('watch', () => {
   it('is subscribed when it resolves, and unsubscribes with the last listener', async () => {
     const { channel } = lockKeys(t.prefix, 'k');

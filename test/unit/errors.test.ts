@@ -4,7 +4,7 @@ import { PROBLEMS, problemBody } from '../../src/errors.js';
 
 const doc = readFileSync(new URL('../../docs/errors.md', import.meta.url), 'utf8');
 const documented = new Map(
-  [...doc.matchAll(/^\| `([a-z-]+)` \| (\d{3}) \|/gm)].map((m) => [m[1] as string, Number(m[2])]),
+  [...doc.matchAll(/^\|\s*`([a-z-]+)`\s*\|\s*(\d{3})\s*\|/gm)].map((m) => [m[1] as string, Number(m[2])]),
 );
 
 describe('problem catalogue', () => {

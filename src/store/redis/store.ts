@@ -45,6 +45,8 @@ class RedisStore implements Store {
   readonly kind = 'redis' as const;
   private readonly watcher: Watcher;
   private readonly epochKey: string;
+  /** The global epoch floor as last read from Redis (see admit); null: read before admitting. */
+  private epochFloor: string | null = null;
   private closed = false;
 
   constructor(
@@ -55,6 +57,32 @@ class RedisStore implements Store {
   ) {
     this.watcher = new Watcher(conn);
     this.epochKey = epochKey(prefix);
+  }
+
+  /**
+   * Request-path calls (admit, finish) wait for the end of the event loop's poll phase and
+   * are then issued together: with auto-pipelining they leave in one socket write, and
+   * Redis answers the batch after one AOF fsync, instead of one write (and one fsync) per
+   * request. Each call is still its own atomic script; the delay is one setImmediate.
+   */
+  private batch: (() => void)[] = [];
+  private readonly flushBatch = (): void => {
+    const calls = this.batch;
+    this.batch = [];
+    for (const call of calls) call();
+  };
+
+  private batched<T>(fn: () => Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const call = () => {
+        try {
+          fn().then(resolve, reject);
+        } catch (err) {
+          reject(err); // never skip the rest of the batch
+        }
+      };
+      if (this.batch.push(call) === 1) setImmediate(this.flushBatch);
+    });
   }
 
   private keys(key: string): LockKeys {
@@ -176,32 +204,93 @@ class RedisStore implements Store {
     });
   }
 
+  /**
+   * Admission with the global epoch floor checked in one round trip instead of two.
+   *
+   * The admit script needs the global floor as an argument (the epoch record is not in
+   * the lock's hash slot, so the script cannot read it in a cluster). Rather than reading
+   * it before every admission, the floor last read (`epochFloor`) is passed, and the
+   * epoch record is read again in the same pipeline, right behind the admission: on one
+   * connection Redis runs them in order, so the read shows the floor as it was at or
+   * after the admission ran. The floor never goes down (bump takes the max; a lost record
+   * is recreated from the clock, ADR 0002), so when the read equals the floor passed, the
+   * admission ran with the current floor. Otherwise (a bump happened; the record is gone)
+   * the admission is undone (its in-flight entry finished; the fence it may have raised
+   * stays below the new floor, so it admits nothing lower) and it is redone as before:
+   * read the epoch first, then admit. Even if ioredis re-sends the script after NOSCRIPT
+   * (the script then runs after the read), the read was sent after the request arrived,
+   * which is exactly the guarantee of reading first. A read that fails fails the
+   * admission (fail closed), and its entry is finished.
+   */
   async admit(req: AdmitRequest): Promise<AdmitResult> {
     const k = this.keys(req.lock);
     const token = formatToken(req.token);
     const ttl = ms('inflightTtlMs', req.inflightTtlMs);
-    return this.run('admit', async () => {
-      const epoch = await this.currentEpoch();
-      const reply = await this.redis.fg_admit_v1(
-        k.ctr,
-        k.lease,
-        k.fence,
-        k.inflight,
-        k.inftok,
-        formatToken(epoch.floor),
-        token,
-        req.check,
-        req.requestId,
-        ttl,
-        req.record ? '1' : '0',
+    const record = req.record ? '1' : '0';
+    const admitWith = async (floor: string) =>
+      parseAdmit(
+        await this.redis.fg_admit_v1(
+          k.ctr,
+          k.lease,
+          k.fence,
+          k.inflight,
+          k.inftok,
+          floor,
+          token,
+          req.check,
+          req.requestId,
+          ttl,
+          record,
+        ),
       );
-      return parseAdmit(reply);
-    });
+    const admitting = async (): Promise<AdmitResult> => {
+      const cached = this.epochFloor;
+      if (cached !== null) {
+        const admitted = admitWith(cached);
+        const reread = this.redis.hmget(this.epochKey, 'floor');
+        let result: AdmitResult;
+        try {
+          result = await admitted;
+        } catch (err) {
+          reread.catch(() => undefined);
+          throw err;
+        }
+        let floor: string | null;
+        try {
+          floor = (await reread)[0] ?? null;
+        } catch (err) {
+          if (result.ok && req.record) await this.finishQuietly(k, req.requestId);
+          throw err;
+        }
+        if (floor === cached) return result;
+        // The floor moved or vanished: undo, and admit again with a floor read first.
+        this.epochFloor = null;
+        if (result.ok && req.record) {
+          await this.redis.fg_finish_v1(k.inflight, k.inftok, req.requestId, k.channel);
+        }
+      }
+      const epoch = await this.currentEpoch();
+      const floor = formatToken(epoch.floor);
+      const result = await admitWith(floor);
+      this.epochFloor = floor;
+      return result;
+    };
+    return this.run('admit', () => this.batched(admitting));
+  }
+
+  private async finishQuietly(k: LockKeys, requestId: string): Promise<void> {
+    try {
+      await this.redis.fg_finish_v1(k.inflight, k.inftok, requestId, k.channel);
+    } catch {
+      // The entry lapses at its deadline.
+    }
   }
 
   async finish(lock: string, requestId: string): Promise<void> {
     const k = this.keys(lock);
-    await this.run('finish', () => this.redis.fg_finish_v1(k.inflight, k.inftok, requestId, k.channel));
+    await this.run('finish', () =>
+      this.batched(() => this.redis.fg_finish_v1(k.inflight, k.inftok, requestId, k.channel)),
+    );
   }
 
   async lowerInflight(lock: string, token: FencingToken): Promise<InflightState> {
@@ -217,6 +306,7 @@ class RedisStore implements Store {
   }
 
   async bumpEpoch(): Promise<Epoch> {
+    this.epochFloor = null;
     return this.run('bumpEpoch', async () =>
       parseEpoch(await this.redis.fg_epoch_bump_v1(this.epochKey, randomUUID()), 'fg_epoch_bump_v1'),
     );
