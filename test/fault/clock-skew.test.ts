@@ -1,6 +1,8 @@
 /**
  * Clock skew: the gateway's and a client's wall clocks jump forward and back
- * (libfaketime, offsets from a file we rewrite), the store (Redis) keeps real time.
+ * (libfaketime, offsets from a file we rewrite), the store (Redis, or Postgres for the
+ * gateway's skew) keeps real time. The embedded store does not apply: it runs inside
+ * the gateway's process, so its clock is the gateway's (docs/safety-faults.md).
  *
  * Shows that safety does not depend on those clocks: leases are judged by the store's
  * clock (Redis TIME inside the scripts), fence checks are token comparisons, so a
@@ -16,6 +18,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startFencegate, startRedis, type FencegateProcess, type RedisProcess } from '../helpers/procs.js';
+import { startCluster, type Cluster } from '../helpers/sql-cluster.js';
 import { clockOffsetOf, fakeClock, type FakeClock } from './lib/faketime.js';
 import {
   acquire,
@@ -39,22 +42,33 @@ const HOUR = 3_600_000;
 let server: FencegateProcess | null = null;
 let site: Site | null = null;
 let redis: RedisProcess | null = null;
+let postgres: Cluster | null = null;
 let clock: FakeClock | null = null;
 let client: ChildProcess | null = null;
 afterEach(async () => {
   client?.kill('SIGKILL');
   await server?.kill();
   await redis?.stop();
+  await postgres?.destroy();
   await site?.close();
   await clock?.close();
-  server = site = redis = clock = client = null;
+  server = site = redis = postgres = clock = client = null;
 });
 
-async function setup(): Promise<{ gw: FencegateProcess; site: Site; clock: FakeClock }> {
-  redis = await startRedis({ durable: true });
+async function setup(
+  kind: 'redis' | 'postgres' = 'redis',
+): Promise<{ gw: FencegateProcess; site: Site; clock: FakeClock }> {
+  let url: string;
+  if (kind === 'redis') {
+    redis = await startRedis({ durable: true });
+    url = redis.url;
+  } else {
+    postgres = await startCluster();
+    url = postgres.url;
+  }
   site = await startSite();
   clock = await fakeClock('+0');
-  server = await startFencegate(['--store', redis.url, '--policies', site.policy], clock.env);
+  server = await startFencegate(['--store', url, '--policies', site.policy], clock.env);
   return { gw: server, site, clock };
 }
 
@@ -114,61 +128,65 @@ async function lockState(control: string, key: string) {
 }
 
 describe('clock skew (libfaketime on the gateway and a client; the store keeps real time)', () => {
-  it('a gateway clock an hour ahead or behind neither frees a live lease nor admits a stale token', async () => {
-    const { gw, site: s, clock: c } = await setup();
-    const rec = new Recorder();
-    const a = await acquireEventually(gw.control, 'order:skew', 'A', rec, { ttlMs: 60_000 });
-    expect((await write(gw.data, 'skew', a.token, 'A', rec)).status).toBe(201);
+  it.each(['redis', 'postgres'] as const)(
+    'a gateway clock an hour ahead or behind neither frees a live lease nor admits a stale token (%s store)',
+    async (kind) => {
+      const { gw, site: s, clock: c } = await setup(kind);
+      const rec = new Recorder();
+      const a = await acquireEventually(gw.control, 'order:skew', 'A', rec, { ttlMs: 60_000 });
+      expect((await write(gw.data, 'skew', a.token, 'A', rec)).status).toBe(201);
 
-    for (const [offset, ms] of [
-      ['+1h', HOUR],
-      ['-1h', -HOUR],
-    ] as const) {
-      await jump(c, `${gw.control}/healthz`, offset, ms);
-      // The lease is live by the store's clock: held, and nobody else gets it.
-      expect((await lockState(gw.control, 'order:skew')).held).toBe(true);
-      expect(await acquire(gw.control, 'order:skew', 'B', rec)).toBeNull();
-      expect((await write(gw.data, 'skew', a.token, 'A', rec)).status).toBe(200);
-    }
+      for (const [offset, ms] of [
+        ['+1h', HOUR],
+        ['-1h', -HOUR],
+      ] as const) {
+        await jump(c, `${gw.control}/healthz`, offset, ms);
+        // The lease is live by the store's clock: held, and nobody else gets it.
+        expect((await lockState(gw.control, 'order:skew')).held).toBe(true);
+        expect(await acquire(gw.control, 'order:skew', 'B', rec)).toBeNull();
+        expect((await write(gw.data, 'skew', a.token, 'A', rec)).status).toBe(200);
+      }
 
-    // A releases; B takes over and writes; A's token is now stale whatever the clocks say.
-    await release(gw.control, a);
-    const b = await acquireEventually(gw.control, 'order:skew', 'B', rec, { ttlMs: 60_000 });
-    expect(BigInt(b.token)).toBeGreaterThan(BigInt(a.token));
-    expect((await write(gw.data, 'skew', b.token, 'B', rec)).status).toBe(200);
-    for (const [offset, ms] of [
-      ['+1h', HOUR],
-      ['-1h', -HOUR],
-      ['+0', 0],
-    ] as const) {
-      await jump(c, `${gw.control}/healthz`, offset, ms);
-      const w = await write(gw.data, 'skew', a.token, 'A', rec);
-      expect(w.status).toBe(409);
-      expect(applied(s.upstream, w.requestId)).toBe(false);
-    }
-    await release(gw.control, b);
+      // A releases; B takes over and writes; A's token is now stale whatever the clocks say.
+      await release(gw.control, a);
+      const b = await acquireEventually(gw.control, 'order:skew', 'B', rec, { ttlMs: 60_000 });
+      expect(BigInt(b.token)).toBeGreaterThan(BigInt(a.token));
+      expect((await write(gw.data, 'skew', b.token, 'B', rec)).status).toBe(200);
+      for (const [offset, ms] of [
+        ['+1h', HOUR],
+        ['-1h', -HOUR],
+        ['+0', 0],
+      ] as const) {
+        await jump(c, `${gw.control}/healthz`, offset, ms);
+        const w = await write(gw.data, 'skew', a.token, 'A', rec);
+        expect(w.status).toBe(409);
+        expect(applied(s.upstream, w.requestId)).toBe(false);
+      }
+      await release(gw.control, b);
 
-    // A workload while the gateway's clock keeps jumping.
-    const keys = ['order:a', 'order:b', 'order:c'];
-    const load = startWorkload({
-      control: () => gw.control,
-      data: () => gw.data,
-      rec,
-      keys,
-      workers: 3,
-      ttlMs: 1000,
-    });
-    for (const offset of ['+1h', '-1h', '+10m', '-3h', '+0', '+1d', '-1d', '+0']) {
-      await c.set(offset);
-      await sleep(400);
-    }
-    await until('the workload has written', async () => load.acknowledged >= 10, 600);
-    await load.stop();
-    expect(grantOrderViolation(rec.grants)).toBeNull();
-    const result = checkRun(s.upstream, rec);
-    expect(result.ok, result.ok ? '' : formatViolation(result)).toBe(true);
-    expect(result.stats.acknowledged).toBeGreaterThan(10);
-  }, 180_000);
+      // A workload while the gateway's clock keeps jumping.
+      const keys = ['order:a', 'order:b', 'order:c'];
+      const load = startWorkload({
+        control: () => gw.control,
+        data: () => gw.data,
+        rec,
+        keys,
+        workers: 3,
+        ttlMs: 1000,
+      });
+      for (const offset of ['+1h', '-1h', '+10m', '-3h', '+0', '+1d', '-1d', '+0']) {
+        await c.set(offset);
+        await sleep(400);
+      }
+      await until('the workload has written', async () => load.acknowledged >= 10, 600);
+      await load.stop();
+      expect(grantOrderViolation(rec.grants)).toBeNull();
+      const result = checkRun(s.upstream, rec);
+      expect(result.ok, result.ok ? '' : formatViolation(result)).toBe(true);
+      expect(result.stats.acknowledged).toBeGreaterThan(10);
+    },
+    180_000,
+  );
 
   it('a client whose clock jumped forward keeps its lease, and never believes in more than granted', async () => {
     const { gw } = await setup();

@@ -12,7 +12,8 @@ import { freePort } from './procs.js';
 
 const run = promisify(execFile);
 
-function binDir(): string {
+/** The directory of the installed Postgres server binaries (initdb, pg_ctl, postgres). */
+export function binDir(): string {
   for (const v of ['17', '16', '15', '14']) {
     const dir = `/usr/lib/postgresql/${v}/bin`;
     if (existsSync(join(dir, 'initdb'))) return dir;

@@ -11,9 +11,11 @@
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { rm } from 'node:fs/promises';
+import { appendFile, chown, rm } from 'node:fs/promises';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { tempDir } from '../../helpers/procs.js';
+import { binDir } from '../../helpers/sql-cluster.js';
 import { sleep } from './workload.js';
 
 const run = promisify(execFile);
@@ -175,14 +177,15 @@ export async function createNetns(): Promise<NetNs> {
   return ns;
 }
 
-export interface NsRedis {
+/** A store server running inside a namespace. */
+export interface NsStore {
   url: string;
   proc: ChildProcess;
   stop(): Promise<void>;
 }
 
 /** A durable redis-server (AOF appendfsync always) listening on the namespace's address only. */
-export async function startRedisIn(ns: NetNs, port = 6379): Promise<NsRedis> {
+export async function startRedisIn(ns: NetNs, port = 6379): Promise<NsStore> {
   const dir = await tempDir('fg-nsredis-');
   const proc = ns.spawn('redis-server', [
     '--port',
@@ -223,4 +226,60 @@ export async function startRedisIn(ns: NetNs, port = 6379): Promise<NsRedis> {
     await sleep(50);
   }
   return { url: `redis://${ns.nsAddr}:${port}`, proc, stop };
+}
+
+/**
+ * A throwaway Postgres cluster (initdb in a temporary directory, as the `postgres` user
+ * when we are root) whose postmaster runs in the foreground inside the namespace,
+ * listening on the namespace's address only; pg_hba trusts the root end of the veth.
+ */
+export async function startPostgresIn(ns: NetNs, port = 5432): Promise<NsStore> {
+  const bin = binDir();
+  const dir = await tempDir('fg-nspg-');
+  const asRoot = process.getuid?.() === 0;
+  if (asRoot) {
+    const uid = Number((await run('id', ['-u', 'postgres'])).stdout.trim());
+    const gid = Number((await run('id', ['-g', 'postgres'])).stdout.trim());
+    await chown(dir, uid, gid);
+  }
+  const asPostgres = (cmd: string, args: string[]): [string, string[]] =>
+    asRoot ? ['runuser', ['-u', 'postgres', '--', join(bin, cmd), ...args]] : [join(bin, cmd), args];
+  const data = join(dir, 'data');
+  const [initdb, initArgs] = asPostgres('initdb', ['-D', data, '-A', 'trust', '-U', 'postgres', '--no-sync']);
+  await run(initdb, [...initArgs, '-E', 'UTF8']);
+  await appendFile(join(data, 'pg_hba.conf'), `host all all ${ns.hostAddr}/32 trust\n`);
+  const [cmd, args] = asPostgres('postgres', [
+    '-D',
+    data,
+    '-p',
+    String(port),
+    '-k',
+    dir,
+    '-c',
+    `listen_addresses=${ns.nsAddr}`,
+    '-c',
+    'fsync=off',
+  ]);
+  const proc = ns.spawn(cmd, args);
+  let out = '';
+  proc.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+  proc.stderr?.on('data', (d: Buffer) => (out += d.toString()));
+  const stop = async () => {
+    if (proc.exitCode === null && proc.signalCode === null) {
+      // SIGQUIT: immediate shutdown of the postmaster and its children (runuser passes it on).
+      proc.kill('SIGQUIT');
+      await Promise.race([once(proc, 'exit'), sleep(10_000)]);
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+    }
+    await rm(dir, { recursive: true, force: true });
+  };
+  for (let i = 0; !/ready to accept connections/.test(out); i++) {
+    if (proc.exitCode !== null) throw new Error(`postgres in ${ns.name} exited: ${out}`);
+    if (i > 400) {
+      await stop();
+      throw new Error(`postgres in ${ns.name} did not start: ${out}`);
+    }
+    await sleep(50);
+  }
+  return { url: `postgres://postgres@${ns.nsAddr}:${port}/postgres`, proc, stop };
 }
