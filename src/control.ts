@@ -22,7 +22,7 @@ export async function buildControl(opts: {
   const app = Fastify({
     logger: { level: opts.logLevel },
     bodyLimit: 64 * 1024,
-    maxParamLength: 1024,
+    routerOptions: { maxParamLength: 1024 },
     forceCloseConnections: true,
     return503OnClosing: true,
     frameworkErrors: frameworkErrorsAsProblems,
