@@ -14,7 +14,6 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { startFencegate, type FencegateProcess } from '../helpers/procs.js';
 import { createNetns, startPostgresIn, startRedisIn, type NetNs, type NsStore } from './lib/netns.js';
 import {
-  acquireEventually,
   applied,
   checkRun,
   formatViolation,
@@ -25,10 +24,10 @@ import {
   release,
   sleep,
   startSite,
-  startWorkload,
   until,
   write,
   type Site,
+  probeAndLoad,
 } from './lib/workload.js';
 
 let ns: NetNs | null = null;
@@ -58,15 +57,7 @@ describe.each(Object.keys(STORES) as (keyof typeof STORES)[])(
       const upstream = site.upstream;
       const rec = new Recorder();
 
-      const oldLease = await acquireEventually(gw.control, 'order:probe', 'old', rec);
-      await release(gw.control, oldLease);
-      const newLease = await acquireEventually(gw.control, 'order:probe', 'new', rec, { ttlMs: 600_000 });
-      expect((await write(gw.data, 'probe', newLease.token, 'new', rec)).status).toBe(201);
-      expect((await write(gw.data, 'probe', oldLease.token, 'old', rec)).status).toBe(409);
-
-      const keys = ['order:a', 'order:b', 'order:c'];
-      const load = startWorkload({ control: () => gw.control, data: () => gw.data, rec, keys, workers: 3 });
-      await until('the workload has written', async () => load.acknowledged >= 10);
+      const { oldLease, newLease, load } = await probeAndLoad(gw, rec);
 
       await net.cut();
       const cutAt = rec.operations.length;

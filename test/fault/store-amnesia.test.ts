@@ -16,10 +16,11 @@ import {
   Recorder,
   release,
   startSite,
-  startWorkload,
   until,
   write,
   type Site,
+  probeAndLoad,
+  LOAD_KEYS,
 } from './lib/workload.js';
 
 let server: FencegateProcess | null = null;
@@ -47,15 +48,7 @@ describe('store amnesia (Redis restarted empty under a running gateway)', () => 
     const upstream = site.upstream;
     const rec = new Recorder();
 
-    const oldLease = await acquireEventually(gw.control, 'order:probe', 'old', rec);
-    await release(gw.control, oldLease);
-    const newLease = await acquireEventually(gw.control, 'order:probe', 'new', rec, { ttlMs: 600_000 });
-    expect((await write(gw.data, 'probe', newLease.token, 'new', rec)).status).toBe(201);
-    expect((await write(gw.data, 'probe', oldLease.token, 'old', rec)).status).toBe(409);
-
-    const keys = ['order:a', 'order:b', 'order:c'];
-    const load = startWorkload({ control: () => gw.control, data: () => gw.data, rec, keys, workers: 3 });
-    await until('the workload has written', async () => load.acknowledged >= 10);
+    const { oldLease, newLease, load } = await probeAndLoad(gw, rec);
 
     await redis.restart(); // no AOF, no RDB: every key, lease, fence and the epoch record are gone
     const restartedAt = performance.now();
@@ -111,7 +104,7 @@ describe('store amnesia (Redis restarted empty under a running gateway)', () => 
     await load.stop();
 
     const after = rec.grants.filter((g) => g.sentAt > restartedAt);
-    expect(after.length).toBeGreaterThan(keys.length);
+    expect(after.length).toBeGreaterThan(LOAD_KEYS.length);
     for (const g of after) expect(BigInt(g.token)).toBeGreaterThan(maxBefore);
     expect(grantOrderViolation(rec.grants)).toBeNull();
     const result = checkRun(upstream, rec);

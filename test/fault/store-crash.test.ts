@@ -24,10 +24,10 @@ import {
   release,
   sleep,
   startSite,
-  startWorkload,
   until,
   write,
   type Site,
+  probeAndLoad,
 } from './lib/workload.js';
 
 let server: FencegateProcess | null = null;
@@ -55,16 +55,7 @@ async function crashScenario(store: StoreUnderTest): Promise<void> {
   const rec = new Recorder();
   const upstream = site.upstream;
 
-  // A token the fence refuses: "old" held order:probe, "new" took over and wrote.
-  const oldLease = await acquireEventually(gw.control, 'order:probe', 'old', rec);
-  await release(gw.control, oldLease);
-  const newLease = await acquireEventually(gw.control, 'order:probe', 'new', rec, { ttlMs: 600_000 });
-  expect((await write(gw.data, 'probe', newLease.token, 'new', rec)).status).toBe(201);
-  expect((await write(gw.data, 'probe', oldLease.token, 'old', rec)).status).toBe(409);
-
-  const keys = ['order:a', 'order:b', 'order:c'];
-  const load = startWorkload({ control: () => gw.control, data: () => gw.data, rec, keys, workers: 3 });
-  await until('the workload has written', async () => load.acknowledged >= 10);
+  const { oldLease, newLease, load } = await probeAndLoad(gw, rec);
   const grantsBefore = rec.grants.length;
 
   await store.crash();

@@ -177,6 +177,29 @@ export async function createNetns(): Promise<NetNs> {
   return ns;
 }
 
+/**
+ * Waits (50 ms steps, at most `steps`) until `proc`'s output matches `ready`; if it exits
+ * or never gets there, `stop()` cleans up and the error carries the output.
+ */
+async function startedOrStopped(
+  proc: ChildProcess,
+  ready: RegExp,
+  what: string,
+  steps: number,
+  stop: () => Promise<void>,
+): Promise<void> {
+  let out = '';
+  proc.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+  proc.stderr?.on('data', (d: Buffer) => (out += d.toString()));
+  for (let i = 0; !ready.test(out); i++) {
+    if (proc.exitCode !== null || i > steps) {
+      await stop();
+      throw new Error(`${what} ${proc.exitCode !== null ? 'exited' : 'did not start'}: ${out}`);
+    }
+    await sleep(50);
+  }
+}
+
 /** A store server running inside a namespace. */
 export interface NsStore {
   url: string;
@@ -207,9 +230,6 @@ export async function startRedisIn(ns: NetNs, port = 6379): Promise<NsStore> {
     '--protected-mode',
     'no',
   ]);
-  let out = '';
-  proc.stdout?.on('data', (d: Buffer) => (out += d.toString()));
-  proc.stderr?.on('data', (d: Buffer) => (out += d.toString()));
   const stop = async () => {
     if (proc.exitCode === null && proc.signalCode === null) {
       proc.kill('SIGKILL');
@@ -217,14 +237,7 @@ export async function startRedisIn(ns: NetNs, port = 6379): Promise<NsStore> {
     }
     await rm(dir, { recursive: true, force: true });
   };
-  for (let i = 0; !/Ready to accept connections/.test(out); i++) {
-    if (proc.exitCode !== null) throw new Error(`redis-server in ${ns.name} exited: ${out}`);
-    if (i > 200) {
-      await stop();
-      throw new Error(`redis-server in ${ns.name} did not start: ${out}`);
-    }
-    await sleep(50);
-  }
+  await startedOrStopped(proc, /Ready to accept connections/, `redis-server in ${ns.name}`, 200, stop);
   return { url: `redis://${ns.nsAddr}:${port}`, proc, stop };
 }
 
@@ -261,9 +274,6 @@ export async function startPostgresIn(ns: NetNs, port = 5432): Promise<NsStore> 
     'fsync=off',
   ]);
   const proc = ns.spawn(cmd, args);
-  let out = '';
-  proc.stdout?.on('data', (d: Buffer) => (out += d.toString()));
-  proc.stderr?.on('data', (d: Buffer) => (out += d.toString()));
   const stop = async () => {
     if (proc.exitCode === null && proc.signalCode === null) {
       // SIGQUIT: immediate shutdown of the postmaster and its children (runuser passes it on).
@@ -273,13 +283,6 @@ export async function startPostgresIn(ns: NetNs, port = 5432): Promise<NsStore> 
     }
     await rm(dir, { recursive: true, force: true });
   };
-  for (let i = 0; !/ready to accept connections/.test(out); i++) {
-    if (proc.exitCode !== null) throw new Error(`postgres in ${ns.name} exited: ${out}`);
-    if (i > 400) {
-      await stop();
-      throw new Error(`postgres in ${ns.name} did not start: ${out}`);
-    }
-    await sleep(50);
-  }
+  await startedOrStopped(proc, /ready to accept connections/, `postgres in ${ns.name}`, 400, stop);
   return { url: `postgres://postgres@${ns.nsAddr}:${port}/postgres`, proc, stop };
 }

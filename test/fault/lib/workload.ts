@@ -10,6 +10,7 @@
 import { randomUUID } from 'node:crypto';
 import { writeFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import { expect } from 'vitest';
 import { startSampleUpstream, type SampleUpstream } from '../../../src/sample/index.js';
 import { appliedFromSample, checkHistory, formatViolation } from '../../checker/index.js';
 import type { CheckResult, ClientOperation, GrantRecord } from '../../checker/index.js';
@@ -273,6 +274,35 @@ export function startWorkload(options: {
 }
 
 /** The history checker over the upstream's record and what the clients saw. */
+/** The locks probeAndLoad's workload writes under. */
+export const LOAD_KEYS = ['order:a', 'order:b', 'order:c'] as const;
+
+/**
+ * The opening of the store-fault scenarios against one gateway: a token the fence
+ * refuses ("old" held `order:probe`, "new" took over with a long lease and wrote; old's
+ * write got 409), then a workload of three clients on three locks that has written at
+ * least 10 times.
+ */
+export async function probeAndLoad(
+  gw: { control: string; data: string },
+  rec: Recorder,
+): Promise<{ oldLease: Lease; newLease: Lease; load: Workload }> {
+  const oldLease = await acquireEventually(gw.control, 'order:probe', 'old', rec);
+  await release(gw.control, oldLease);
+  const newLease = await acquireEventually(gw.control, 'order:probe', 'new', rec, { ttlMs: 600_000 });
+  expect((await write(gw.data, 'probe', newLease.token, 'new', rec)).status).toBe(201);
+  expect((await write(gw.data, 'probe', oldLease.token, 'old', rec)).status).toBe(409);
+  const load = startWorkload({
+    control: () => gw.control,
+    data: () => gw.data,
+    rec,
+    keys: LOAD_KEYS,
+    workers: 3,
+  });
+  await until('the workload has written', async () => load.acknowledged >= 10);
+  return { oldLease, newLease, load };
+}
+
 export function checkRun(upstream: SampleUpstream, rec: Recorder): CheckResult {
   return checkHistory({
     applied: appliedFromSample(upstream.book.writes(), (w) => w.lock),
