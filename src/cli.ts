@@ -28,6 +28,8 @@ serve options (environment variable in brackets):
   --config FILE                        YAML file with any of these settings
   --sample HOST:PORT                   also run the sample "orders" upstream (for the demo) [FENCEGATE_SAMPLE]
   --allow-volatile-redis               start on a Redis without AOF appendfsync always (unsafe) [FENCEGATE_ALLOW_VOLATILE_REDIS]
+  --store-timeout-ms N                 a fenced write whose store call takes longer gets 503 [FENCEGATE_STORE_TIMEOUT_MS] (default 2000)
+  --store-reset-timeout-ms N           how long the store's open circuit refuses fenced writes [FENCEGATE_STORE_RESET_TIMEOUT_MS] (default 5000)
   --log-level LEVEL                    fatal|error|warn|info|debug [FENCEGATE_LOG_LEVEL] (default info)
 Port 0 picks a free port; the addresses actually bound are printed at start.
 `;
@@ -78,6 +80,8 @@ async function serve(args: string[]): Promise<number> {
       config: { type: 'string' },
       sample: { type: 'string' },
       'allow-volatile-redis': { type: 'boolean' },
+      'store-timeout-ms': { type: 'string' },
+      'store-reset-timeout-ms': { type: 'string' },
       'log-level': { type: 'string' },
     },
   });
@@ -90,6 +94,8 @@ async function serve(args: string[]): Promise<number> {
     policies: values.policies,
     sample: values.sample,
     allowVolatileRedis: values['allow-volatile-redis'],
+    storeTimeoutMs: values['store-timeout-ms'],
+    storeResetTimeoutMs: values['store-reset-timeout-ms'],
     logLevel: values['log-level'],
   };
   for (const k of Object.keys(flags) as (keyof RawSettings)[]) if (flags[k] === undefined) delete flags[k];

@@ -26,6 +26,10 @@ export interface ServeConfig {
   minTtlMs: number;
   maxTtlMs: number;
   maxWaitMs: number;
+  /** A store call on the request path slower than this fails the write with 503. */
+  storeTimeoutMs: number;
+  /** How long the store's circuit stays open before one trial call goes through. */
+  storeResetTimeoutMs: number;
   logLevel: string;
 }
 
@@ -41,6 +45,8 @@ export const DEFAULTS: ServeConfig = Object.freeze({
   minTtlMs: 100,
   maxTtlMs: 3_600_000,
   maxWaitMs: 300_000,
+  storeTimeoutMs: 2_000,
+  storeResetTimeoutMs: 5_000,
   logLevel: 'info',
 });
 
@@ -88,6 +94,8 @@ const KEYS: Record<keyof ServeConfig, 'string' | 'name' | 'hostport' | 'bool' | 
   minTtlMs: 'int',
   maxTtlMs: 'int',
   maxWaitMs: 'int',
+  storeTimeoutMs: 'int',
+  storeResetTimeoutMs: 'int',
   logLevel: 'string',
 };
 
@@ -99,6 +107,8 @@ export const ENV_VARS: Partial<Record<keyof ServeConfig, string>> = {
   policies: 'FENCEGATE_POLICIES',
   allowVolatileRedis: 'FENCEGATE_ALLOW_VOLATILE_REDIS',
   sample: 'FENCEGATE_SAMPLE',
+  storeTimeoutMs: 'FENCEGATE_STORE_TIMEOUT_MS',
+  storeResetTimeoutMs: 'FENCEGATE_STORE_RESET_TIMEOUT_MS',
   logLevel: 'FENCEGATE_LOG_LEVEL',
 };
 
@@ -198,6 +208,10 @@ export function resolveConfig(sources: ConfigSources): Readonly<ServeConfig> {
   if (cfg.defaultTtlMs < cfg.minTtlMs || cfg.defaultTtlMs > cfg.maxTtlMs) {
     throw new ConfigError('defaultTtlMs must lie between minTtlMs and maxTtlMs');
   }
+  if (cfg.storeTimeoutMs < 10 || cfg.storeTimeoutMs > 60_000)
+    throw new ConfigError('storeTimeoutMs must lie between 10 and 60000');
+  if (cfg.storeResetTimeoutMs < 100 || cfg.storeResetTimeoutMs > 3_600_000)
+    throw new ConfigError('storeResetTimeoutMs must lie between 100 and 3600000');
   return deepFreeze(cfg);
 }
 

@@ -74,7 +74,14 @@ export async function startServer(
       issuer.shutdown();
       await control.close();
     });
-    const gateway = await createGateway({ store, policy, metrics, events, logLevel: config.logLevel });
+    const gateway = await createGateway({
+      store,
+      policy,
+      metrics,
+      events,
+      logLevel: config.logLevel,
+      storeBreaker: { timeoutMs: config.storeTimeoutMs, resetTimeoutMs: config.storeResetTimeoutMs },
+    });
     closers.unshift(() => gateway.close());
     await control.listen({ host: config.control.host, port: config.control.port });
     await gateway.listen({ host: config.listen.host, port: config.listen.port });

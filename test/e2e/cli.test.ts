@@ -132,4 +132,37 @@ describe('fencegate CLI', () => {
     }
     expect(status).toBe(200);
   }, 40_000);
+
+  it('--store-reset-timeout-ms sets how long fenced writes are refused once the store circuit opens', async () => {
+    const redis = await startRedis();
+    cleanups.push(() => redis.stop());
+    const s = await startFencegate([
+      '--store',
+      redis.url,
+      '--allow-volatile-redis',
+      '--policies',
+      'policies/orders.yaml',
+      '--store-timeout-ms',
+      '500',
+      '--store-reset-timeout-ms',
+      '30000',
+    ]);
+    cleanups.push(() => s.kill());
+    await redis.kill();
+    // Failing admissions open the circuit (at least 5 calls, more than half failed); then
+    // every fenced write is refused at once with Retry-After counting down from 30 s.
+    let retryAfter = 0;
+    for (let i = 0; i < 20 && retryAfter <= 5; i++) {
+      const res = await fetch(`${s.data}/orders/7`, {
+        method: 'PUT',
+        headers: { 'content-type': 'application/json', 'fencing-token': '1' },
+        body: '{}',
+      });
+      expect(res.status).toBe(503);
+      expect(((await res.json()) as { type: string }).type).toBe('urn:fencegate:fence-unavailable');
+      retryAfter = Number(res.headers.get('retry-after'));
+    }
+    expect(retryAfter).toBeGreaterThan(5); // the default reset timeout is 5 s
+    expect(retryAfter).toBeLessThanOrEqual(30);
+  }, 40_000);
 });

@@ -51,6 +51,29 @@ describe('config', () => {
     expect(() => resolveConfig({ flags: { allowVolatileRedis: 'maybe' } })).toThrow(/--allow-volatile-redis/);
   });
 
+  it('takes the store breaker settings from file, environment and flags, within bounds', async () => {
+    expect(resolveConfig({})).toMatchObject({ storeTimeoutMs: 2000, storeResetTimeoutMs: 5000 });
+    const dir = await mkdtemp(join(tmpdir(), 'fg-cfg-'));
+    const file = join(dir, 'c.yaml');
+    await writeFile(file, 'storeTimeoutMs: 750\nstoreResetTimeoutMs: 20000\n');
+    expect(resolveConfig({ file })).toMatchObject({ storeTimeoutMs: 750, storeResetTimeoutMs: 20000 });
+    const c = resolveConfig({
+      file,
+      env: { FENCEGATE_STORE_TIMEOUT_MS: '500' },
+      flags: { storeResetTimeoutMs: '30000' },
+    });
+    expect(c).toMatchObject({ storeTimeoutMs: 500, storeResetTimeoutMs: 30000 });
+    expect(() => resolveConfig({ flags: { storeTimeoutMs: 'soon' } })).toThrow(
+      /--store-timeout-ms: "soon" must be an integer/,
+    );
+    expect(() => resolveConfig({ env: { FENCEGATE_STORE_TIMEOUT_MS: '5' } })).toThrow(
+      /storeTimeoutMs must lie between 10 and 60000/,
+    );
+    expect(() => resolveConfig({ flags: { storeResetTimeoutMs: '50' } })).toThrow(
+      /storeResetTimeoutMs must lie between 100 and 3600000/,
+    );
+  });
+
   it.each([
     ['127.0.0.1:0', { host: '127.0.0.1', port: 0 }],
     [':8080', { host: '127.0.0.1', port: 8080 }],
