@@ -13,14 +13,14 @@ import {
   checkRun,
   formatViolation,
   grantOrderViolation,
+  LOAD_KEYS,
+  probeAndLoad,
   Recorder,
   release,
   startSite,
   until,
   write,
   type Site,
-  probeAndLoad,
-  LOAD_KEYS,
 } from './lib/workload.js';
 
 let server: FencegateProcess | null = null;

@@ -8,27 +8,12 @@
  * refused before is still refused) and tokens keep increasing; the whole run passes
  * the history checker. See docs/safety-faults.md.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, it } from 'vitest';
 import { startCluster, type Cluster } from '../helpers/sql-cluster.js';
 import { startFencegate, startRedis, type FencegateProcess, type RedisProcess } from '../helpers/procs.js';
+import { outageScenario, type Outage } from './lib/outage.js';
 import { kill9Cluster } from './lib/pg.js';
-import {
-  acquireEventually,
-  applied,
-  checkRun,
-  formatViolation,
-  grantOrderViolation,
-  read,
-  readyz,
-  Recorder,
-  release,
-  sleep,
-  startSite,
-  until,
-  write,
-  type Site,
-  probeAndLoad,
-} from './lib/workload.js';
+import { sleep, startSite, type Site } from './lib/workload.js';
 
 let server: FencegateProcess | null = null;
 let site: Site | null = null;
@@ -42,82 +27,17 @@ afterEach(async () => {
   server = site = redis = cluster = null;
 });
 
-interface StoreUnderTest {
-  url: string;
-  crash(): Promise<void>;
-  restart(): Promise<void>;
-}
-
-async function crashScenario(store: StoreUnderTest): Promise<void> {
+async function crashScenario(url: string, outage: Outage): Promise<void> {
   site = await startSite();
-  server = await startFencegate(['--store', store.url, '--policies', site.policy]);
-  const gw = server;
-  const rec = new Recorder();
-  const upstream = site.upstream;
-
-  const { oldLease, newLease, load } = await probeAndLoad(gw, rec);
-  const grantsBefore = rec.grants.length;
-
-  await store.crash();
-  // Down: fenced writes fail closed and reach nothing; unfenced reads go on.
-  const gatewayAlive = () => {
-    if (gw.proc.exitCode !== null || gw.proc.signalCode !== null) {
-      throw new Error(`the gateway process died when the store went down:\n${gw.output().slice(-1500)}`);
-    }
-  };
-  await until('readyz reports the store down', async () => {
-    gatewayAlive();
-    return (await readyz(gw.control)) === 503;
-  });
-  for (let i = 0; i < 5; i++) {
-    const w = await write(gw.data, 'probe', newLease.token, 'new', rec);
-    expect(w.status).toBe(503);
-    expect(applied(upstream, w.requestId)).toBe(false);
-    expect(await read(gw.data, 'probe')).toBe(200);
-  }
-  await sleep(500); // let the workload hit the outage as well
-  gatewayAlive();
-
-  await store.restart();
-  // Back: admission works again once the store and the gateway's breaker recovered.
-  await until(
-    'a fresh write is admitted after the restart',
-    async () => (await write(gw.data, 'probe', newLease.token, 'new', rec)).status === 200,
-    600,
-  );
-  expect(await readyz(gw.control)).toBe(200);
-  // The fence did not go back: the token refused before the crash is still refused.
-  const again = await write(gw.data, 'probe', oldLease.token, 'old', rec);
-  expect(again.status).toBe(409);
-  expect(applied(upstream, again.requestId)).toBe(false);
-  // Tokens keep increasing across the crash.
-  await release(gw.control, newLease);
-  const after = await acquireEventually(gw.control, 'order:probe', 'after', rec);
-  expect(BigInt(after.token)).toBeGreaterThan(BigInt(newLease.token));
-  await release(gw.control, after);
-  const acknowledgedAtRestart = load.acknowledged;
-  await until(
-    'the workload writes again after the restart',
-    async () => load.acknowledged >= acknowledgedAtRestart + 6,
-    600,
-  );
-  await load.stop();
-
-  expect(rec.grants.length).toBeGreaterThan(grantsBefore);
-  expect(grantOrderViolation(rec.grants)).toBeNull();
-  const during = rec.count((op) => op.status === 503);
-  expect(during).toBeGreaterThanOrEqual(5);
-  const result = checkRun(upstream, rec);
-  expect(result.ok, result.ok ? '' : formatViolation(result)).toBe(true);
-  expect(result.stats.acknowledged).toBeGreaterThan(10);
-  expect(result.stats.refused).toBeGreaterThan(5);
+  server = await startFencegate(['--store', url, '--policies', site.policy]);
+  await outageScenario(server, site, outage);
 }
 
 describe('store crash under load (kill -9, restart on the same data)', () => {
   it('durable Redis (AOF appendfsync always): fails closed while down, the fence never goes back', async () => {
     redis = await startRedis({ durable: true });
     const r = redis;
-    await crashScenario({ url: r.url, crash: () => r.kill(), restart: () => r.restart() });
+    await crashScenario(r.url, { down: () => r.kill(), up: () => r.restart() });
   }, 150_000);
 
   // Regression: PgDriver.once had no 'error' listener on a checked-out client, so a server
@@ -132,6 +52,6 @@ describe('store crash under load (kill -9, restart on the same data)', () => {
       await sleep(1000);
       await kill9Cluster(c);
     };
-    await crashScenario({ url: c.url, crash, restart: () => c.start() });
+    await crashScenario(c.url, { down: crash, up: () => c.start() });
   }, 180_000);
 });

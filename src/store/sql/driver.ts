@@ -93,6 +93,34 @@ export function storeError(err: unknown, where: string, what: string): StoreUnav
   });
 }
 
+/**
+ * A SqlExecutor over one driver connection or transaction: `query` returns the rows of a
+ * parameterised statement, `exec` runs statements without parameters; every failure
+ * comes out as a StoreUnavailableError naming `where`.
+ */
+export function executorOver(
+  where: string,
+  query: (text: string, params: SqlValue[]) => Promise<{ rows: unknown[] }>,
+  exec: (text: string) => Promise<unknown>,
+): SqlExecutor {
+  return {
+    async query<R extends object>(text: string, params: readonly SqlValue[] = []): Promise<R[]> {
+      try {
+        return (await query(text, params as SqlValue[])).rows as R[];
+      } catch (err) {
+        throw storeError(err, where, 'statement');
+      }
+    },
+    async exec(text: string): Promise<void> {
+      try {
+        await exec(text);
+      } catch (err) {
+        throw storeError(err, where, 'statement');
+      }
+    },
+  };
+}
+
 /** Names we accept as a schema (namespace). Quoted everywhere, so case and '-' are kept as given. */
 const NAMESPACE = /^[A-Za-z0-9_-]{1,53}$/;
 

@@ -11,6 +11,7 @@ import pg from 'pg';
 import { StoreUnavailableError } from '../../errors.js';
 import {
   connectionBroken,
+  executorOver,
   quoteIdent,
   storeError,
   withRetries,
@@ -51,23 +52,11 @@ function clientConfig(url: string): pg.ClientConfig {
 }
 
 function executor(client: pg.ClientBase, where: string): SqlExecutor {
-  return {
-    async query<R extends object>(text: string, params: readonly SqlValue[] = []): Promise<R[]> {
-      try {
-        const res = await client.query<R>(text, params as SqlValue[]);
-        return res.rows;
-      } catch (err) {
-        throw storeError(err, where, 'statement');
-      }
-    },
-    async exec(text: string): Promise<void> {
-      try {
-        await client.query(text);
-      } catch (err) {
-        throw storeError(err, where, 'statement');
-      }
-    },
-  };
+  return executorOver(
+    where,
+    (text, params) => client.query(text, params),
+    (text) => client.query(text),
+  );
 }
 
 /** The dedicated LISTEN connection. Reconnects with backoff until closed. */

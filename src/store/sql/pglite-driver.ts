@@ -20,6 +20,7 @@ import { PGlite, type Transaction } from '@electric-sql/pglite';
 import { NodeFS } from '@electric-sql/pglite/nodefs';
 import { StoreUnavailableError } from '../../errors.js';
 import {
+  executorOver,
   quoteIdent,
   storeError,
   withRetries,
@@ -77,23 +78,11 @@ function startParams(): string[] {
 }
 
 function executor(db: PGlite | Transaction, where: string): SqlExecutor {
-  return {
-    async query<R extends object>(text: string, params: readonly SqlValue[] = []): Promise<R[]> {
-      try {
-        const res = await db.query<R>(text, params as SqlValue[]);
-        return res.rows;
-      } catch (err) {
-        throw storeError(err, where, 'statement');
-      }
-    },
-    async exec(text: string): Promise<void> {
-      try {
-        await db.exec(text);
-      } catch (err) {
-        throw storeError(err, where, 'statement');
-      }
-    },
-  };
+  return executorOver(
+    where,
+    (text, params) => db.query(text, params),
+    (text) => db.exec(text),
+  );
 }
 
 export class PgliteDriver implements SqlDriver {
