@@ -80,7 +80,11 @@ export function unavailable(conn: Connection, op: string, err: unknown): StoreUn
   if (err instanceof StoreUnavailableError) return err;
   const last = conn.lastError();
   const lastCode = last === null ? null : errorCode(last);
-  const why = describeError(err, conn.client.status);
+  // A socket the peer has reset can stop taking writes before ioredis has seen the close
+  // (its status still says ready): ioredis then refuses the command at once, which must not
+  // be reported as a timeout.
+  const writable = conn.client.stream?.writable !== false;
+  const why = describeError(err, writable ? conn.client.status : 'closing');
   const extra = lastCode !== null && lastCode !== why ? `; last connection error ${lastCode}` : '';
   return new StoreUnavailableError(`redis store unavailable (${op} at ${conn.where}): ${why}${extra}`, {
     cause: err,
