@@ -9,6 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
+import { request } from 'undici';
 import { createGateway } from '../../src/gateway/index.js';
 import type { StoreGuardOptions } from '../../src/gateway/index.js';
 import { EventLog } from '../../src/observe/events.js';
@@ -179,6 +180,23 @@ routes:
 }
 
 /** Mints the next token for `key`: acquires (releasing at once unless `hold`). */
+/**
+ * One request to the gateway's data listener. `body` is the answer parsed as JSON when
+ * its content type says JSON, else `{}`; `text` is the answer as received.
+ */
+export async function send(
+  gw: TestGateway,
+  method: string,
+  path: string,
+  headers: Record<string, string> = {},
+  body?: string,
+) {
+  const res = await request(`${gw.url}${path}`, { method: method as 'PUT', headers, body });
+  const text = await res.body.text();
+  const parsed = /json/.test(String(res.headers['content-type'])) && text.length > 0 ? JSON.parse(text) : {};
+  return { status: res.statusCode, headers: res.headers, text, body: parsed as Record<string, unknown> };
+}
+
 export async function mint(store: Store, key: string, opts: { hold?: boolean; ttlMs?: number } = {}) {
   const result = await store.tryAcquire({
     key,

@@ -1,9 +1,9 @@
-import { request } from 'undici';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { faultyStore, type FaultyStore } from '../helpers/faulty-store.js';
 import {
   mint,
   ordersPolicy,
+  send,
   startGateway,
   startUpstream,
   type TestGateway,
@@ -15,19 +15,9 @@ afterAll(closeSharedStores);
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-async function call(gw: TestGateway, method: string, path: string, headers: Record<string, string> = {}) {
-  const started = Date.now();
-  const res = await request(`${gw.url}${path}`, {
-    method: method as 'PUT',
-    headers,
-    body: method === 'GET' ? undefined : 'x',
-  });
-  const text = await res.body.text();
-  const body = /json/.test(String(res.headers['content-type']))
-    ? (JSON.parse(text) as Record<string, unknown>)
-    : {};
-  return { status: res.statusCode, headers: res.headers, body, ms: Date.now() - started };
-}
+/** A request with a small body unless it is a GET. */
+const call = (gw: TestGateway, method: string, path: string, headers: Record<string, string> = {}) =>
+  send(gw, method, path, headers, method === 'GET' ? undefined : 'x');
 
 describe.each(GATEWAY_STORES)('store failures on $name store', (factory) => {
   let opened: OpenedStore;
@@ -83,8 +73,10 @@ describe.each(GATEWAY_STORES)('store failures on $name store', (factory) => {
     const lease = await mint(store, 'order:2');
     store.delayMs = 700;
     const res = await call(gw, 'PUT', '/orders/2', { 'fencing-token': String(lease.token) });
+    // Answered by the breaker's timeout while the store was still working on it.
     expect(res.status).toBe(503);
-    expect(res.ms).toBeLessThan(650);
+    expect(res.body.detail).toMatch(/did not answer admit in time/);
+    expect(store.finishes.size).toBe(0);
     expect(upstream.hits).toHaveLength(0);
     await sleep(1200);
     store.delayMs = 0;
@@ -140,7 +132,6 @@ describe.each(GATEWAY_STORES)('upstream failures on $name store', (factory) => {
     const res = await call(gw, 'PUT', '/orders/2', { 'fencing-token': String(lease.token) });
     expect(res.status).toBe(504);
     expect(res.body.type).toBe('urn:fencegate:upstream-timeout');
-    expect(res.ms).toBeLessThan(2000);
     expect([...store.finishes.values()]).toEqual([1]);
   });
 

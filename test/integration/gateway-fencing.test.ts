@@ -1,9 +1,9 @@
-import { request } from 'undici';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Store } from '../../src/store/types.js';
 import {
   mint,
   ordersPolicy,
+  send as call,
   startGateway,
   startUpstream,
   type TestGateway,
@@ -12,19 +12,6 @@ import {
 import { closeSharedStores, GATEWAY_STORES, type OpenedStore } from '../helpers/gateway-stores.js';
 
 afterAll(closeSharedStores);
-
-async function call(
-  gw: TestGateway,
-  method: string,
-  path: string,
-  headers: Record<string, string> = {},
-  body?: string,
-) {
-  const res = await request(`${gw.url}${path}`, { method: method as 'PUT', headers, body });
-  const text = await res.body.text();
-  const json = text.length > 0 && /json/.test(String(res.headers['content-type'])) ? JSON.parse(text) : text;
-  return { status: res.statusCode, headers: res.headers, body: json as Record<string, unknown> };
-}
 
 describe.each(GATEWAY_STORES)('gateway fencing on $name store', (factory) => {
   let opened: OpenedStore;

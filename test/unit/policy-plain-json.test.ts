@@ -165,7 +165,7 @@ describe('aliases', () => {
     expect(errors[0]).toMatchObject({ line: 5, field: 'routes[0][0]' });
   });
 
-  it('an alias bomb is refused at the first alias, quickly', async () => {
+  it('an alias bomb is refused at the first alias, without expanding it', async () => {
     const lines = ['version: 1', 'a: &a [x, x, x, x, x, x, x, x, x, x]'];
     for (let i = 0; i < 8; i++)
       lines.push(
@@ -173,9 +173,7 @@ describe('aliases', () => {
           .fill(i === 0 ? '*a' : `*b${i - 1}`)
           .join(', ')}]`,
       );
-    const started = Date.now();
     const { errors } = await errorsOf(lines);
-    expect(Date.now() - started).toBeLessThan(2000);
     expect(errors).toHaveLength(1);
     expect(errors[0]).toMatchObject({ line: 3, column: 10, field: 'b0[0]' });
     expect(errors[0]?.message).toMatch(/alias/);
