@@ -30,6 +30,8 @@ serve options (environment variable in brackets):
   --allow-volatile-redis               start on a Redis without AOF appendfsync always (unsafe) [FENCEGATE_ALLOW_VOLATILE_REDIS]
   --store-timeout-ms N                 a fenced write whose store call takes longer gets 503 [FENCEGATE_STORE_TIMEOUT_MS] (default 2000)
   --store-reset-timeout-ms N           how long the store's open circuit refuses fenced writes [FENCEGATE_STORE_RESET_TIMEOUT_MS] (default 5000)
+  --session-ttl-ms N                   how long other gateways wait on this one's silent session before dropping
+                                       its in-flight writes at the drain barrier [FENCEGATE_SESSION_TTL_MS] (default 6000)
   --log-level LEVEL                    fatal|error|warn|info|debug [FENCEGATE_LOG_LEVEL] (default info)
 Port 0 picks a free port; the addresses actually bound are printed at start.
 `;
@@ -82,6 +84,7 @@ async function serve(args: string[]): Promise<number> {
       'allow-volatile-redis': { type: 'boolean' },
       'store-timeout-ms': { type: 'string' },
       'store-reset-timeout-ms': { type: 'string' },
+      'session-ttl-ms': { type: 'string' },
       'log-level': { type: 'string' },
     },
   });
@@ -96,6 +99,7 @@ async function serve(args: string[]): Promise<number> {
     allowVolatileRedis: values['allow-volatile-redis'],
     storeTimeoutMs: values['store-timeout-ms'],
     storeResetTimeoutMs: values['store-reset-timeout-ms'],
+    sessionTtlMs: values['session-ttl-ms'],
     logLevel: values['log-level'],
   };
   for (const k of Object.keys(flags) as (keyof RawSettings)[]) if (flags[k] === undefined) delete flags[k];

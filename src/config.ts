@@ -6,6 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { LineCounter, parseDocument, isMap, isScalar } from 'yaml';
 import type { Pair, Scalar } from 'yaml';
+import { checkStoreSpec } from './store/index.js';
 
 export interface HostPort {
   host: string;
@@ -30,6 +31,8 @@ export interface ServeConfig {
   storeTimeoutMs: number;
   /** How long the store's circuit stays open before one trial call goes through. */
   storeResetTimeoutMs: number;
+  /** How long other gateways wait on this one's silent session before dropping its in-flight writes. */
+  sessionTtlMs: number;
   logLevel: string;
 }
 
@@ -47,6 +50,7 @@ export const DEFAULTS: ServeConfig = Object.freeze({
   maxWaitMs: 300_000,
   storeTimeoutMs: 2_000,
   storeResetTimeoutMs: 5_000,
+  sessionTtlMs: 6_000,
   logLevel: 'info',
 });
 
@@ -96,6 +100,7 @@ const KEYS: Record<keyof ServeConfig, 'string' | 'name' | 'hostport' | 'bool' | 
   maxWaitMs: 'int',
   storeTimeoutMs: 'int',
   storeResetTimeoutMs: 'int',
+  sessionTtlMs: 'int',
   logLevel: 'string',
 };
 
@@ -109,6 +114,7 @@ export const ENV_VARS: Partial<Record<keyof ServeConfig, string>> = {
   sample: 'FENCEGATE_SAMPLE',
   storeTimeoutMs: 'FENCEGATE_STORE_TIMEOUT_MS',
   storeResetTimeoutMs: 'FENCEGATE_STORE_RESET_TIMEOUT_MS',
+  sessionTtlMs: 'FENCEGATE_SESSION_TTL_MS',
   logLevel: 'FENCEGATE_LOG_LEVEL',
 };
 
@@ -119,6 +125,10 @@ function applyOne(cfg: ServeConfig, key: keyof ServeConfig, value: string | numb
     case 'string':
       if (typeof value !== 'string' || value.length === 0)
         throw new ConfigError(`${where}: must be a non-empty string`);
+      if (key === 'store') {
+        const bad = checkStoreSpec(value);
+        if (bad !== null) throw new ConfigError(`${where}: ${bad}`);
+      }
       target[key] = value;
       break;
     case 'name':
@@ -212,6 +222,8 @@ export function resolveConfig(sources: ConfigSources): Readonly<ServeConfig> {
     throw new ConfigError('storeTimeoutMs must lie between 10 and 60000');
   if (cfg.storeResetTimeoutMs < 100 || cfg.storeResetTimeoutMs > 3_600_000)
     throw new ConfigError('storeResetTimeoutMs must lie between 100 and 3600000');
+  if (cfg.sessionTtlMs < 300 || cfg.sessionTtlMs > 600_000)
+    throw new ConfigError('sessionTtlMs must lie between 300 and 600000');
   return deepFreeze(cfg);
 }
 

@@ -23,6 +23,8 @@ export const PROBLEMS = {
   'upstream-unavailable': { status: 502, title: 'The upstream could not be reached' },
   'upstream-timeout': { status: 504, title: 'The upstream did not answer in time' },
   'payload-too-large': { status: 413, title: 'The request body is too large' },
+  'request-timeout': { status: 408, title: 'The request body did not arrive in time' },
+  'tokens-exhausted': { status: 409, title: 'This lock has issued its last possible token' },
   'not-found': { status: 404, title: 'Not found' },
   'method-not-allowed': { status: 405, title: 'Method not allowed' },
   internal: { status: 500, title: 'Internal error' },

@@ -81,6 +81,7 @@ export async function startServer(
       events,
       logLevel: config.logLevel,
       storeBreaker: { timeoutMs: config.storeTimeoutMs, resetTimeoutMs: config.storeResetTimeoutMs },
+      session: { ttlMs: config.sessionTtlMs },
     });
     closers.unshift(() => gateway.close());
     await control.listen({ host: config.control.host, port: config.control.port });

@@ -15,12 +15,16 @@ import type { FencingToken } from '../tokens.js';
 import type { GatewayRequestState } from './context.js';
 import { awaitDrain, type DrainOutcome } from './drain.js';
 import { InflightEntry } from './inflight.js';
+import type { SessionObserver } from './observer.js';
 import { sendProblem } from './problems.js';
+import type { GatewaySessions, SessionLease } from './session.js';
 import type { StoreGuard } from './store-guard.js';
 import { decide, fenceUnavailable } from './verdict.js';
 
 export interface FenceOptions {
   guard: StoreGuard;
+  sessions: GatewaySessions;
+  observer: SessionObserver;
   metrics: Metrics;
   events: EventLog;
 }
@@ -34,7 +38,7 @@ interface Refusal {
 }
 
 async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
-  const { guard, metrics, events } = opts;
+  const { guard, sessions, observer, metrics, events } = opts;
 
   function record(request: FastifyRequest, state: GatewayRequestState, r: Refusal, enforced: boolean): void {
     const route = state.match.route.name;
@@ -56,6 +60,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
 
   /** Waits at the drain barrier: null when cleared, else the 503 to answer with. */
   async function passBarrier(
+    lease: SessionLease,
     lock: string,
     token: FencingToken,
     fencing: FencingSettings,
@@ -64,7 +69,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     const started = performance.now();
     let outcome: DrainOutcome | ProblemError;
     try {
-      outcome = await awaitDrain(guard, lock, token, fencing.drainTimeoutMs, signal);
+      outcome = await awaitDrain(guard, observer, lease, lock, token, fencing.drainTimeoutMs, signal);
     } catch (err) {
       outcome = fenceUnavailable(err, lock);
     }
@@ -72,6 +77,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     metrics.drainWaitSeconds.observe({ outcome: label }, (performance.now() - started) / 1000);
     if (outcome === 'cleared') return null;
     if (outcome instanceof ProblemError) return outcome;
+    if (outcome === 'lapsed') return sessionLapsed(lock, token);
     const detail =
       outcome === 'aborted'
         ? 'the client went away at the drain barrier'
@@ -120,12 +126,17 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
       entry?.clientClosed();
     });
 
+    // An enforced write is admitted under this process's gateway session; without a
+    // valid one (the store has not answered a beat in time) nothing is admitted.
+    const lease = fencing.enforce ? sessions.current() : null;
     const verdict = await decide({
       route: { ...route, fencing },
       params,
       raw: request.raw,
       requestId: request.id,
+      session: lease?.id ?? '',
       guard,
+      noSession: fencing.enforce && lease === null,
     });
 
     if (!verdict.ok) {
@@ -141,11 +152,19 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
       return undefined;
     }
 
-    entry = new InflightEntry(() => void guard.finish(lock, request.id));
+    if (lease === null) throw new Error('an enforced admission without a gateway session');
+    entry = new InflightEntry(lease, () => void guard.finish(lock, request.id));
     if (clientGone) entry.clientClosed(); // finished: the proxy will not forward it
+    if (!lease.valid && !entry.finished) {
+      // The admission outlived this process's session: its entry may no longer count.
+      entry.finish();
+      const problem = sessionLapsed(lock, token);
+      record(request, state, { ...verdict, problem, reason: 'unavailable' }, true);
+      return sendProblem(reply, problem);
+    }
     if (verdict.lowerInflight > 0 && !entry.finished) {
       gone = new AbortController();
-      const barrier = await passBarrier(lock, token, fencing, gone.signal);
+      const barrier = await passBarrier(lease, lock, token, fencing, gone.signal);
       if (barrier !== null) {
         entry.finish();
         // A client that went away gets no event; the reply goes nowhere but must not reach the proxy.
@@ -159,6 +178,16 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     state.fence = { mode: 'admitted', lock, token, entry };
     return undefined;
   }
+}
+
+/** 503 for a write whose gateway session stopped being valid before it could be forwarded. */
+export function sessionLapsed(lock: string, token: FencingToken): ProblemError {
+  return new ProblemError(
+    'fence-unavailable',
+    'this gateway lost its session with the fence store before the write could be forwarded',
+    { lock, token },
+    { headers: { 'retry-after': '1' } },
+  );
 }
 
 export const fencePlugin = fp(fence, {

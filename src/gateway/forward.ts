@@ -19,6 +19,9 @@ import {
   type Headers,
 } from './headers.js';
 import { sendContinue } from './continue.js';
+import { sessionLapsed } from './fence.js';
+import { ForwardGuard, type ForwardCutError } from './forward-guard.js';
+import type { Metrics } from '../observe/metrics.js';
 import { sendProblem } from './problems.js';
 import { upstreamProblem } from './upstream-errors.js';
 import { attachScope, type ForwardScope, type UpstreamPool } from './upstreams.js';
@@ -26,6 +29,7 @@ import { attachScope, type ForwardScope, type UpstreamPool } from './upstreams.j
 export interface ForwardOptions {
   pool: UpstreamPool;
   trustProxy: boolean;
+  metrics: Metrics;
 }
 
 /** The request headers the upstream receives. */
@@ -61,28 +65,71 @@ export function upstreamRequestHeaders(
   return out;
 }
 
+/**
+ * A forward that failed or was cut: the problem, on a connection that is closed after
+ * it when the client's body was not read to the end (what is left of it is not
+ * worth reading, and may never come).
+ */
+function sendCut(reply: FastifyReply, problem: ProblemError): FastifyReply {
+  if (!reply.request.raw.complete) reply.header('connection', 'close');
+  return sendProblem(reply, problem);
+}
+
 async function forward(app: FastifyInstance, opts: ForwardOptions): Promise<void> {
-  const { pool, trustProxy } = opts;
+  const { pool, trustProxy, metrics } = opts;
 
   function handler(request: FastifyRequest, reply: FastifyReply): unknown {
     const state = request.fencegate;
     if (state === null) throw new Error('request reached the proxy without a route');
-    const { upstream } = state.match.route;
-    const entry = state.fence?.entry ?? null;
+    const { route } = state.match;
+    const { upstream } = route;
+    const fence = state.fence;
+    const entry = fence?.entry ?? null;
     // An admitted write whose entry is already finished (the client left first) must not
     // reach the upstream untracked: a higher token would no longer wait for it.
     if (entry?.finished) {
       throw new ProblemError('fence-unavailable', 'the client went away before the write was forwarded');
     }
+    // Nor may one whose gateway session lapsed since it was admitted (its entry may no
+    // longer count for other gateways).
+    if (entry !== null && fence !== null && fence.token !== null && !entry.lease.valid) {
+      entry.finish();
+      throw sessionLapsed(fence.lock ?? '', fence.token);
+    }
+    const guard = new ForwardGuard(
+      {
+        upstream: upstream.name,
+        timeoutMs: upstream.timeoutMs,
+        idleTimeoutMs: route.upload.idleTimeoutMs,
+        uploadTimeoutMs: route.upload.timeoutMs,
+        lease: entry?.lease ?? null,
+        lock: fence?.lock ?? null,
+      },
+      request.raw,
+      metrics,
+      (err: ForwardCutError) => {
+        // Cut before undici started sending it: it never will, so its entry is done now.
+        entry?.upstreamSettled();
+        if (!reply.sent && !reply.raw.headersSent) sendCut(reply, err.problem);
+        else reply.raw.destroy();
+      },
+    );
     let clientLeft = false;
-    reply.raw.once('close', () => (clientLeft = !reply.raw.writableFinished));
+    reply.raw.once('close', () => {
+      clientLeft = !reply.raw.writableFinished;
+      guard.clientClosed();
+    });
     // Routed, fenced and past the drain barrier: only now may a client waiting on
     // `Expect: 100-continue` start its upload.
     sendContinue(request.raw, reply.raw);
     const scope: ForwardScope = {
       upstream,
+      guard,
       started: () => entry?.forwarding(),
-      settled: () => entry?.upstreamSettled(),
+      settled: () => {
+        guard.settled();
+        entry?.upstreamSettled();
+      },
       clientGone: () => clientLeft,
     };
     return reply.from(upstream.basePath + state.path, {
@@ -97,7 +144,7 @@ async function forward(app: FastifyInstance, opts: ForwardOptions): Promise<void
       onError: (errReply, { error }) => {
         request.log.warn({ err: error, upstream: upstream.name }, 'upstream request failed');
         if (errReply.sent || reply.raw.destroyed) return;
-        sendProblem(
+        sendCut(
           errReply as FastifyReply,
           upstreamProblem(error, upstream.name, pool.retryAfterSeconds(upstream)),
         );

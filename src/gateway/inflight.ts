@@ -3,11 +3,19 @@
  * only admitted (held), a client disconnect finishes it; once it is being forwarded,
  * only the upstream settling (answer, error or timeout) finishes it, because a
  * request the client gave up on may still be applied by the upstream.
+ *
+ * The entry counts at the barrier only while `lease` (the gateway session it was
+ * admitted under) lives, so nothing may be sent under it once the lease is invalid.
  */
+import type { SessionLease } from './session.js';
+
 export class InflightEntry {
   private phase: 'held' | 'forwarding' | 'done' = 'held';
 
-  constructor(private readonly release: () => void) {}
+  constructor(
+    readonly lease: SessionLease,
+    private readonly release: () => void,
+  ) {}
 
   get finished(): boolean {
     return this.phase === 'done';

@@ -12,6 +12,8 @@ import type { Store } from '../store/types.js';
 import { deferContinue } from './continue.js';
 import { fencePlugin } from './fence.js';
 import { forwardPlugin } from './forward.js';
+import { SessionObserver } from './observer.js';
+import { GatewaySessions, type SessionSettings } from './session.js';
 import { errorHandler } from './problems.js';
 import { routingPlugin } from './routing.js';
 import { StoreGuard, type StoreGuardOptions } from './store-guard.js';
@@ -29,6 +31,8 @@ export interface GatewayOptions {
   trustProxy?: boolean;
   /** Circuit breaker around store calls on the request path. */
   storeBreaker?: StoreGuardOptions;
+  /** This process's gateway session (docs/adr/0005-gateway-sessions.md). */
+  session?: SessionSettings;
 }
 
 export async function createGateway(opts: GatewayOptions): Promise<FastifyInstance> {
@@ -59,17 +63,24 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   deferContinue(app.server);
 
   const guard = new StoreGuard(opts.store, opts.metrics, app.log, opts.storeBreaker);
+  const sessions = new GatewaySessions(opts.store, opts.metrics, app.log, opts.session);
+  guard.finishLater = (lock, requestId) => sessions.finishLater(lock, requestId);
+  const observer = new SessionObserver(guard, app.log);
+  await sessions.start();
+  observer.startSweeping(Math.max(100, Math.floor(sessions.ttlMs / 2)));
   const pool = new UpstreamPool(opts.metrics, app.log);
   const unsubscribe = opts.policy.subscribe((policy) => pool.retain(policy));
   app.addHook('onClose', async () => {
     unsubscribe();
-    guard.shutdown();
+    observer.stop();
     await pool.close();
+    await sessions.close();
+    guard.shutdown();
   });
 
   await app.register(routingPlugin, { policy: opts.policy });
-  await app.register(fencePlugin, { guard, metrics: opts.metrics, events: opts.events });
-  await app.register(forwardPlugin, { pool, trustProxy });
+  await app.register(fencePlugin, { guard, sessions, observer, metrics: opts.metrics, events: opts.events });
+  await app.register(forwardPlugin, { pool, trustProxy, metrics: opts.metrics });
   return app;
 }
 

@@ -72,23 +72,42 @@ export class StoreGuard {
     return this.call('lowerInflight', () => this.store.lowerInflight(lock, token));
   }
 
+  dropInflight(lock: string, sessions: readonly string[]) {
+    return this.call('dropInflight', () => this.store.dropInflight(lock, sessions));
+  }
+
+  readSessions(ids: readonly string[] | null) {
+    return this.call('readSessions', () => this.store.readSessions(ids));
+  }
+
+  endSession(id: string, ifBeat: number | null) {
+    return this.call('endSession', () => this.store.endSession(id, ifBeat));
+  }
+
   watch(lock: string, listener: () => void) {
     return this.call('watch', () => this.store.watch(lock, listener));
   }
 
   /**
    * Removes an in-flight entry. Bypasses the breaker (a finish must be tried even
-   * while it is open) and never throws: an entry that cannot be removed stops
-   * counting at its deadline.
+   * while it is open) and never throws: an entry that cannot be removed now is handed
+   * to `finishLater` (the gateway session retries it once the store answers again).
    */
   async finish(lock: string, requestId: string): Promise<void> {
     try {
       await this.store.finish(lock, requestId);
     } catch (err) {
       this.metrics.storeErrors.inc({ op: 'finish' });
-      this.log.warn({ err, lock, requestId }, 'could not finish in-flight entry; it lapses at its deadline');
+      this.log.warn(
+        { err, lock, requestId },
+        'could not finish in-flight entry; retrying after the next beat',
+      );
+      this.finishLater?.(lock, requestId);
     }
   }
+
+  /** Where failed finishes go to be retried (set by the gateway). */
+  finishLater: ((lock: string, requestId: string) => void) | null = null;
 
   shutdown(): void {
     this.breaker.shutdown();

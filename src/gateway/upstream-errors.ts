@@ -6,8 +6,10 @@
  * message text.
  */
 import { ProblemError } from '../errors.js';
+import { ForwardCutError } from './forward-guard.js';
 
 const TIMEOUT_CODES = new Set([
+  'FG_UPSTREAM_LATE',
   'UND_ERR_HEADERS_TIMEOUT',
   'UND_ERR_BODY_TIMEOUT',
   'ETIMEDOUT',
@@ -47,7 +49,19 @@ export function isUpstreamFailure(err: unknown): boolean {
   return errorCodes(err).some((c) => UPSTREAM_FAILURE_CODES.has(c));
 }
 
+/** The gateway's own cut of a request (forward-guard.ts) along the cause chain, if any. */
+function forwardCut(err: unknown): ForwardCutError | null {
+  let current: unknown = err;
+  for (let depth = 0; depth < 8 && current !== null && typeof current === 'object'; depth++) {
+    if (current instanceof ForwardCutError) return current;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return null;
+}
+
 export function upstreamProblem(err: unknown, upstream: string, retryAfterSeconds: number): ProblemError {
+  const cut = forwardCut(err);
+  if (cut !== null) return cut.problem;
   const codes = errorCodes(err);
   if (codes.includes(CIRCUIT_OPEN)) {
     return new ProblemError(

@@ -13,12 +13,15 @@
  */
 import { Breaker } from './breaker.js';
 import { Pool, type Dispatcher } from 'undici';
+import { GuardedHandler, type ForwardGuard } from './forward-guard.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { CompiledPolicy, CompiledUpstream } from '../policy/index.js';
 import { isUpstreamFailure } from './upstream-errors.js';
 
 export interface ForwardScope {
   upstream: CompiledUpstream;
+  /** Refuses the request right before it is written if it must not be sent; bounds it. */
+  guard: ForwardGuard;
   /** The request is about to be sent to the upstream. */
   started(): void;
   /** The upstream answered (headers received), failed, or timed out. Called once. */
@@ -30,6 +33,21 @@ export interface ForwardScope {
 type RequestOptions = Dispatcher.RequestOptions;
 type ResponseData = Dispatcher.ResponseData;
 type Callback = (err: Error | null, data?: ResponseData) => void;
+
+/** undici's request() (the same function on every dispatcher), called with our own dispatch. */
+const undiciRequest = Pool.prototype.request as unknown as (
+  this: { dispatch(opts: unknown, handler: never): boolean },
+  opts: RequestOptions,
+) => Promise<ResponseData>;
+
+/** A request through `agent` whose handler is wrapped by the request's guard (see GuardedHandler). */
+function guardedRequest(agent: Pool, guard: ForwardGuard, opts: RequestOptions): Promise<ResponseData> {
+  const target = {
+    dispatch: (o: unknown, handler: never) =>
+      agent.dispatch(o as Dispatcher.DispatchOptions, new GuardedHandler(guard, handler) as never),
+  };
+  return undiciRequest.call(target, opts);
+}
 
 interface Client {
   signature: string;
@@ -107,11 +125,17 @@ export class UpstreamPool {
         (performance.now() - started) / 1000,
       );
     forward.started();
-    const request = { ...opts, headersTimeout: upstream.timeoutMs, bodyTimeout: upstream.timeoutMs };
+    const { guard } = forward;
+    const request = {
+      ...opts,
+      body: guard.guardBody(opts.body) as RequestOptions['body'],
+      headersTimeout: upstream.timeoutMs,
+      bodyTimeout: upstream.timeoutMs,
+    };
     // true = "not a failure": client-side errors never open the upstream's circuit.
     const excused = (err: unknown) => forward.clientGone() || !isUpstreamFailure(err);
     client.breaker
-      .fire(() => client.agent.request(request), excused)
+      .fire(() => guardedRequest(client.agent, guard, request), excused)
       .then(
         (res) => {
           observe(`${Math.floor(res.statusCode / 100)}xx`);

@@ -12,9 +12,6 @@ import type { FencingToken } from '../tokens.js';
 import { decodeHeaderUtf8, rawHeaderValues, readFencingToken } from './headers.js';
 import type { StoreGuard } from './store-guard.js';
 
-/** Time an in-flight entry keeps counting beyond drain wait + upstream timeout, if never finished. */
-export const INFLIGHT_MARGIN_MS = 2000;
-
 export type Verdict =
   | { ok: true; lock: string; token: FencingToken; highest: FencingToken; lowerInflight: number }
   | {
@@ -31,6 +28,10 @@ export interface VerdictInput {
   params: Readonly<Record<string, string>>;
   raw: IncomingMessage;
   requestId: string;
+  /** The gateway session the in-flight entry will belong to ('' in shadow mode: nothing is recorded). */
+  session: string;
+  /** True when the write would be recorded but this process has no valid session: 503, store untouched. */
+  noSession: boolean;
   guard: StoreGuard;
 }
 
@@ -56,6 +57,15 @@ export async function decide(input: VerdictInput): Promise<Verdict> {
     return refused('token-malformed', presented.reason, 'malformed', lock, null, null);
   }
   const token = presented.token;
+  if (input.noSession) {
+    const problem = new ProblemError(
+      'fence-unavailable',
+      'this gateway has no live session with the fence store; the write was not forwarded',
+      { lock },
+      { headers: { 'retry-after': '1' } },
+    );
+    return { ok: false, problem, reason: 'unavailable', lock, token, highest: null };
+  }
   let result;
   try {
     result = await guard.admit({
@@ -63,7 +73,7 @@ export async function decide(input: VerdictInput): Promise<Verdict> {
       token,
       check: route.fencing.check,
       requestId: input.requestId,
-      inflightTtlMs: route.fencing.drainTimeoutMs + route.upstream.timeoutMs + INFLIGHT_MARGIN_MS,
+      session: input.session,
       record: route.fencing.enforce,
     });
   } catch (err) {

@@ -87,6 +87,22 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
       buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
       registers,
     }),
+    sessionsLost: new Counter({
+      name: 'fencegate_gateway_sessions_lost_total',
+      help: 'Times this process found its gateway session ended by another gateway (it was paused or cut off past its TTL)',
+      registers,
+    }),
+    storeClockJumps: new Counter({
+      name: 'fencegate_store_clock_jumps_total',
+      help: 'Times the store clock moved more than the session TTL away from this process between two beats',
+      registers,
+    }),
+    forwardsCut: new Counter({
+      name: 'fencegate_forwards_cut_total',
+      help: 'Forwarded requests cut by the gateway: body idle, upload too long, upstream answer late, session lapsed',
+      labelNames: ['reason'] as const,
+      registers,
+    }),
     tokensIssued: new Counter({
       name: 'fencegate_tokens_issued_total',
       help: 'Fencing tokens minted by the issuer',

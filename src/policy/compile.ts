@@ -125,7 +125,8 @@ function compileRoute(
           enforce: raw.fencing?.enforce ?? DEFAULTS.enforce,
           drainTimeoutMs: raw.fencing?.drainTimeoutMs ?? DEFAULTS.drainTimeoutMs,
         };
-  return { name: raw.name, methods: [...raw.methods], path: path.pattern, upstream, lock, fencing };
+  const upload = { ...DEFAULTS.upload, ...raw.upload };
+  return { name: raw.name, methods: [...raw.methods], path: path.pattern, upstream, lock, fencing, upload };
 }
 
 function compileUpstream(name: string, raw: RawUpstream): CompiledUpstream | string {

@@ -35,6 +35,14 @@ export interface FencingSettings {
   readonly drainTimeoutMs: number;
 }
 
+/** Bounds on the client's request body (the request is cut with 408 past either). */
+export interface UploadSettings {
+  /** Longest time without a body byte from the client. */
+  readonly idleTimeoutMs: number;
+  /** Longest time for the whole body. */
+  readonly timeoutMs: number;
+}
+
 export interface CompiledRoute {
   readonly name: string;
   /** Where the route is defined, for logs and errors. */
@@ -47,6 +55,7 @@ export interface CompiledRoute {
   readonly lock: LockTemplate | null;
   /** Set exactly when `lock` is set. */
   readonly fencing: FencingSettings | null;
+  readonly upload: UploadSettings;
 }
 
 export interface RouteMatch {
@@ -68,6 +77,7 @@ export const DEFAULTS = Object.freeze({
   check: 'token' as FenceCheck,
   enforce: true,
   drainTimeoutMs: 5_000,
+  upload: Object.freeze({ idleTimeoutMs: 60_000, timeoutMs: 900_000 }),
   breaker: Object.freeze({
     errorThresholdPercentage: 50,
     volumeThreshold: 5,

@@ -31,6 +31,11 @@ export interface RawFencing {
   drainTimeoutMs?: number;
 }
 
+export interface RawUpload {
+  idleTimeoutMs?: number;
+  timeoutMs?: number;
+}
+
 export interface RawRoute {
   name: string;
   methods: HttpMethod[];
@@ -38,6 +43,7 @@ export interface RawRoute {
   upstream: string;
   lock?: string;
   fencing?: RawFencing;
+  upload?: RawUpload;
 }
 
 export interface RawPolicyFile {
@@ -82,6 +88,15 @@ const fencing = {
   },
 };
 
+const upload = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    idleTimeoutMs: ms(100, 3_600_000),
+    timeoutMs: ms(100, 86_400_000),
+  },
+};
+
 const route = {
   type: 'object',
   additionalProperties: false,
@@ -93,6 +108,7 @@ const route = {
     upstream: name,
     lock: { type: 'string', minLength: 1 },
     fencing,
+    upload,
   },
 };
 

@@ -1,19 +1,40 @@
 /**
  * Opens the store named by a --store value: `redis://…`/`rediss://…`, `postgres://…`/
- * `postgresql://…`, or else a directory for the embedded store.
+ * `postgresql://…`, or a plain directory path for the embedded store. Anything that
+ * looks like another scheme (`etcd://…`, `redis+cluster://…`, a typo) is refused:
+ * read as a directory, it would silently give each gateway a fence of its own.
  */
 import type { Store, StoreOptions } from './types.js';
 
 export type { Store, StoreOptions } from './types.js';
 
-export function storeKindOf(spec: string): 'redis' | 'postgres' | 'embedded' {
+export const STORE_SCHEMES = ['redis://', 'rediss://', 'postgres://', 'postgresql://'] as const;
+
+/** A URL scheme at the start (`name:`), as opposed to a path. */
+const SCHEME = /^[A-Za-z][A-Za-z0-9+.-]*:/;
+
+export function storeKindOf(spec: string): 'redis' | 'postgres' | 'embedded' | null {
   if (/^rediss?:\/\//i.test(spec)) return 'redis';
   if (/^postgres(ql)?:\/\//i.test(spec)) return 'postgres';
+  if (SCHEME.test(spec)) return null;
   return 'embedded';
 }
 
+/** Why `spec` names no store fencegate knows, or null when it does. */
+export function checkStoreSpec(spec: string): string | null {
+  if (spec.trim() === '') return 'the store must not be empty';
+  if (storeKindOf(spec) !== null) return null;
+  const scheme = SCHEME.exec(spec)?.[0] ?? '';
+  return (
+    `"${redactStoreSpec(spec)}": unknown store scheme "${scheme}"; use ${STORE_SCHEMES.join(', ')} ` +
+    `or a directory path for the embedded store (write ./${spec.replace(/^\/+/, '')} for a directory with a colon in its name)`
+  );
+}
+
 export async function openStore(spec: string, options: StoreOptions = {}): Promise<Store> {
-  switch (storeKindOf(spec)) {
+  const kind = storeKindOf(spec);
+  if (kind === null) throw new RangeError(checkStoreSpec(spec) ?? 'unknown store');
+  switch (kind) {
     case 'redis': {
       const { openRedisStore } = await import('./redis/store.js');
       return openRedisStore(spec, options);
@@ -31,7 +52,7 @@ export async function openStore(spec: string, options: StoreOptions = {}): Promi
 
 /** A store spec safe to print: the password of a URL is masked. */
 export function redactStoreSpec(spec: string): string {
-  if (storeKindOf(spec) === 'embedded') return spec;
+  if (!SCHEME.test(spec)) return spec;
   try {
     const u = new URL(spec);
     if (u.password) u.password = '***';

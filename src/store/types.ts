@@ -88,8 +88,12 @@ export interface AdmitRequest {
   check: FenceCheck;
   /** Unique id of this in-flight write; used to finish() it. */
   requestId: string;
-  /** How long the in-flight entry counts if never finished (crashed gateway): upstream timeout + margin. */
-  inflightTtlMs: number;
+  /**
+   * The gateway session (openSession) the in-flight entry belongs to. The entry counts
+   * until it is finished or until that session ends: it has no deadline of its own, so
+   * no clock decides when it stops counting (see docs/adr/0005-gateway-sessions.md).
+   */
+  session: string;
   /**
    * When false (shadow mode), the checks run and the verdict is returned, but
    * nothing is recorded: the fence does not move and no in-flight entry is added.
@@ -117,11 +121,27 @@ export type AdmitResult =
     };
 
 export interface InflightState {
-  /** Live in-flight entries with a token lower than the one asked about. */
+  /** In-flight entries with a token lower than the one asked about. */
   count: number;
-  /** Store-clock ms of the earliest deadline among them (when one stops counting), or null. */
-  nextDeadline: number | null;
-  /** Store clock now, so the caller can compute a timer. */
+  /** The gateway sessions those entries belong to (distinct). */
+  sessions: string[];
+}
+
+/** A gateway session as stored: its heartbeat counter and the TTL its owner promised. */
+export interface SessionRecord {
+  /** Incremented by every heartbeat; observers judge liveness by watching it change. */
+  beat: number;
+  /**
+   * How long (on any observer's monotonic clock) the beat may stay unchanged before the
+   * session may be ended by someone else. Its owner stops forwarding well before.
+   */
+  ttlMs: number;
+}
+
+export interface BeatResult {
+  /** False when the session no longer exists (ended by an observer, or never opened). */
+  alive: boolean;
+  /** Store clock at the beat, ms: only for detecting store clock jumps, never for safety. */
   now: number;
 }
 
@@ -155,6 +175,22 @@ export interface Store {
   /** Removes an in-flight entry (upstream answered or request aborted) and notifies watchers. */
   finish(lock: string, requestId: string): Promise<void>;
   lowerInflight(lock: string, token: FencingToken): Promise<InflightState>;
+  /** Removes the lock's in-flight entries that belong to `sessions` (ended) and notifies watchers. */
+  dropInflight(lock: string, sessions: readonly string[]): Promise<void>;
+
+  // ---- gateway sessions (liveness of in-flight entries; docs/adr/0005) ----
+  /** Registers a new gateway session with beat 0. */
+  openSession(id: string, ttlMs: number): Promise<void>;
+  /** Increments the session's beat if it still exists. */
+  beatSession(id: string): Promise<BeatResult>;
+  /** The records of `ids` that exist (all sessions when ids is null). */
+  readSessions(ids: readonly string[] | null): Promise<Map<string, SessionRecord>>;
+  /**
+   * Ends a session if its beat still equals `ifBeat` (null: unconditionally, for the
+   * owner's own clean shutdown). Ending removes it for good: a later beat finds nothing.
+   * Returns true when this call ended it.
+   */
+  endSession(id: string, ifBeat: number | null): Promise<boolean>;
 
   // ---- notifications ----
   /**

@@ -2,7 +2,7 @@
  * The built CLI as a user runs it: help, version, bad flags, an unreachable store,
  * health and readiness, environment variables, and a clean SIGTERM.
  */
-import { rm } from 'node:fs/promises';
+import { readdir, rm } from 'node:fs/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   freePort,
@@ -49,6 +49,27 @@ describe('fencegate CLI', () => {
     expect(r.code).not.toBe(0);
     expect(r.stderr).toMatch(message);
     expect(r.stderr.trim().split('\n')).toHaveLength(1);
+  });
+
+  it.each([
+    ['serve', 'etcd://127.0.0.1:2379'],
+    ['serve', 'redis+cluster://127.0.0.1:7000,127.0.0.1:7001'],
+    ['serve', 'reddis://127.0.0.1:6379'],
+    ['serve', 'file:./data'],
+    ['epoch', 'postgress://127.0.0.1/test'],
+  ])('%s refuses the unknown store scheme of %s and creates nothing', async (command, store) => {
+    const cwd = await tempDir('fg-scheme-');
+    cleanups.push(() => rm(cwd, { recursive: true, force: true }));
+    const args = command === 'epoch' ? ['epoch', 'bump', '--store', store] : ['serve', '--store', store];
+    const r = await runCli(args, {}, cwd);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/--store: .*unknown store scheme/);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(await readdir(cwd)).toEqual([]); // no directory named after the URL
+    const env = await runCli(['serve'], { FENCEGATE_STORE: store }, cwd);
+    expect(env.code).not.toBe(0);
+    expect(env.stderr).toMatch(/FENCEGATE_STORE: .*unknown store scheme/);
+    expect(await readdir(cwd)).toEqual([]);
   });
 
   it('names a bad environment variable', async () => {

@@ -12,6 +12,7 @@ import type { FastifyInstance } from 'fastify';
 import { request } from 'undici';
 import { createGateway } from '../../src/gateway/index.js';
 import type { StoreGuardOptions } from '../../src/gateway/index.js';
+import type { SessionSettings } from '../../src/gateway/session.js';
 import { EventLog } from '../../src/observe/events.js';
 import { createMetrics, type Metrics } from '../../src/observe/metrics.js';
 import { formatPolicyError, PolicyHolder } from '../../src/policy/index.js';
@@ -95,6 +96,7 @@ export async function startGateway(opts: {
   policy: string;
   trustProxy?: boolean;
   storeBreaker?: StoreGuardOptions;
+  session?: SessionSettings;
 }): Promise<TestGateway> {
   const dir = await mkdtemp(join(tmpdir(), 'fg-gw-'));
   const file = join(dir, 'policy.yaml');
@@ -114,6 +116,7 @@ export async function startGateway(opts: {
     events,
     trustProxy: opts.trustProxy,
     storeBreaker: opts.storeBreaker,
+    session: opts.session,
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const port = (app.server.address() as AddressInfo).port;

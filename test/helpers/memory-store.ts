@@ -11,11 +11,13 @@ import type {
   AcquireResult,
   AdmitRequest,
   AdmitResult,
+  BeatResult,
   InflightState,
   Lease,
   LockState,
   ReleaseResult,
   RenewResult,
+  SessionRecord,
   Store,
   StoreHealth,
 } from '../../src/store/types.js';
@@ -25,7 +27,7 @@ interface KeyState {
   lease: Lease | null;
   waiters: { id: string; deadline: number }[];
   highest: bigint | null;
-  inflight: Map<string, { token: bigint; deadline: number }>;
+  inflight: Map<string, { token: bigint; session: string }>;
   grants: Map<string, { owner: string; lease: Lease }>;
 }
 
@@ -33,6 +35,7 @@ export class MemoryStore implements Store {
   readonly kind = 'embedded' as const;
   private readonly keys = new Map<string, KeyState>();
   private readonly listeners = new Map<string, Set<() => void>>();
+  private readonly sessions = new Map<string, SessionRecord>();
   private floor = 0n;
   private closed = false;
 
@@ -123,7 +126,7 @@ export class MemoryStore implements Store {
       const live = s.lease !== null && s.lease.expiresAt > now && s.lease.token === req.token;
       if (!live) return { ok: false, reason: 'lease-expired', highest: s.highest };
     }
-    const lowerInflight = this.lower(s, req.token, now).length;
+    const lowerInflight = this.lower(s, req.token).length;
     if (!req.record)
       return {
         ok: true,
@@ -131,7 +134,7 @@ export class MemoryStore implements Store {
         lowerInflight,
       };
     s.highest = s.highest === null || s.highest < req.token ? req.token : s.highest;
-    s.inflight.set(req.requestId, { token: req.token, deadline: now + req.inflightTtlMs });
+    s.inflight.set(req.requestId, { token: req.token, session: req.session });
     return { ok: true, highest: s.highest, lowerInflight };
   }
 
@@ -142,10 +145,51 @@ export class MemoryStore implements Store {
   }
 
   async lowerInflight(lock: string, token: bigint): Promise<InflightState> {
+    this.clock();
+    const lower = this.lower(this.state(lock), token);
+    return { count: lower.length, sessions: [...new Set(lower.map((e) => e.session))] };
+  }
+
+  async dropInflight(lock: string, sessions: readonly string[]): Promise<void> {
+    this.clock();
+    const s = this.state(lock);
+    for (const [id, e] of s.inflight) if (sessions.includes(e.session)) s.inflight.delete(id);
+    this.notify(lock);
+  }
+
+  async openSession(id: string, ttlMs: number): Promise<void> {
+    this.clock();
+    this.sessions.set(id, { beat: 0, ttlMs });
+  }
+
+  async beatSession(id: string): Promise<BeatResult> {
     const now = this.clock();
-    const lower = this.lower(this.state(lock), token, now);
-    const nextDeadline = lower.length === 0 ? null : Math.min(...lower.map((e) => e.deadline));
-    return { count: lower.length, nextDeadline, now };
+    const s = this.sessions.get(id);
+    if (s === undefined) return { alive: false, now };
+    s.beat += 1;
+    return { alive: true, now };
+  }
+
+  async readSessions(ids: readonly string[] | null): Promise<Map<string, SessionRecord>> {
+    this.clock();
+    const out = new Map<string, SessionRecord>();
+    for (const id of ids ?? this.sessions.keys()) {
+      const s = this.sessions.get(id);
+      if (s !== undefined) out.set(id, { ...s });
+    }
+    return out;
+  }
+
+  async endSession(id: string, ifBeat: number | null): Promise<boolean> {
+    this.clock();
+    const s = this.sessions.get(id);
+    if (s === undefined || (ifBeat !== null && s.beat !== ifBeat)) return false;
+    this.sessions.delete(id);
+    for (const [lock, state] of this.keys) {
+      for (const [rid, e] of state.inflight) if (e.session === id) state.inflight.delete(rid);
+      this.notify(lock);
+    }
+    return true;
   }
 
   async watch(key: string, listener: () => void): Promise<() => void> {
@@ -185,8 +229,8 @@ export class MemoryStore implements Store {
     return this.keys.get(lock)?.inflight.size ?? 0;
   }
 
-  private lower(s: KeyState, token: bigint, now: number) {
-    return [...s.inflight.values()].filter((e) => e.token < token && e.deadline > now);
+  private lower(s: KeyState, token: bigint) {
+    return [...s.inflight.values()].filter((e) => e.token < token && this.sessions.has(e.session));
   }
 
   private describe(key: string, s: KeyState): LockState {

@@ -93,8 +93,8 @@ export async function startFencegate(
 }
 
 /** Runs the CLI to completion and returns its exit code and output. */
-export async function runCli(args: string[], env: NodeJS.ProcessEnv = {}) {
-  const proc = spawn(process.execPath, [BIN, ...args], { cwd: ROOT, env: { ...process.env, ...env } });
+export async function runCli(args: string[], env: NodeJS.ProcessEnv = {}, cwd = ROOT) {
+  const proc = spawn(process.execPath, [BIN, ...args], { cwd, env: { ...process.env, ...env } });
   let stdout = '';
   let stderr = '';
   proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));

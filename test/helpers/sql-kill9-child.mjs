@@ -44,7 +44,7 @@ for (let i = 0; ; i++) {
     token: r.lease.token,
     check: 'lease',
     requestId,
-    inflightTtlMs: 60_000,
+    session: 'kill9-child',
     record: true,
   });
   if (!a.ok) throw new Error(`unexpected admit refusal: ${JSON.stringify(a)}`);

@@ -45,17 +45,7 @@ describe('hash tags', () => {
   it('give every key of a lock the same tag', () => {
     for (const key of AWKWARD) {
       const k = lockKeys('fg', key);
-      const all = [
-        k.ctr,
-        k.lease,
-        k.fence,
-        k.inflight,
-        k.inftok,
-        k.waitq,
-        k.waitdl,
-        k.channel,
-        k.req('o', '{r}'),
-      ];
+      const all = [k.ctr, k.lease, k.fence, k.inf, k.waitq, k.waitdl, k.channel, k.req('o', '{r}')];
       for (const redisKey of all) expect(hashTag(redisKey)).toBe(encodeTag(key));
       expect(lockKeyOf('fg', k.lease)).toBe(key);
       expect(lockKeyOf('fg', k.waitq)).toBe(key);
@@ -93,7 +83,7 @@ describe('awkward keys on a real Redis', () => {
           token: r.lease.token,
           check: 'lease',
           requestId: 'r',
-          inflightTtlMs: 1000,
+          session: 's',
           record: true,
         }),
       ).toMatchObject({ ok: true });

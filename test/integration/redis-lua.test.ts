@@ -163,13 +163,12 @@ describe('the scripts', () => {
       ['t[1]', 'TIME seconds'],
       ['t[2]', 'TIME microseconds'],
       ['flat[i + 1]', 'waiter deadline (ms)'],
-      ['rows[i + 1]', 'in-flight deadline (zset score, ms)'],
+      ['beat', 'gateway session beat counter'],
       ['lease[2]', 'lease expiresAt (ms)'],
       ['lease[4]', 'lease expiresAt (ms)'],
       ['cur[4]', 'lease expiresAt (ms)'],
       ['ttlMs', 'lease TTL (ms)'],
       ['ARGV[2]', 'waitMs'],
-      ['ARGV[5]', 'inflightTtlMs'],
       ['tail[2]', 'queue position (zset score)'],
     ]);
     const dir = new URL('../../src/store/redis/scripts/', import.meta.url);

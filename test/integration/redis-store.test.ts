@@ -30,7 +30,7 @@ async function grant(key: string, owner = 'w', ttlMs = 10_000): Promise<Lease> {
 }
 
 const admit = (lock: string, token: bigint, record = true, check: 'token' | 'lease' = 'token') =>
-  store.admit({ lock, token, check, requestId: randomUUID(), inflightTtlMs: 5000, record });
+  store.admit({ lock, token, check, requestId: randomUUID(), session: 's', record });
 
 describe('acquire', () => {
   it('mints the first token of a key above the clock floor, then +1 per grant', async () => {
@@ -167,30 +167,20 @@ describe('admit', () => {
     expect(await admit('f', b.token, true, 'lease')).toMatchObject({ ok: true, highest: b.token });
   });
 
-  it('reports the earliest deadline of lower in-flight writes', async () => {
+  it("reports the gateway sessions of lower in-flight writes, and drops only an ended session's", async () => {
     const a = await grant('f', 'a', 100);
-    await store.admit({
-      lock: 'f',
-      token: a.token,
-      check: 'token',
-      requestId: 'r1',
-      inflightTtlMs: 3000,
-      record: true,
-    });
-    await store.admit({
-      lock: 'f',
-      token: a.token,
-      check: 'token',
-      requestId: 'r2',
-      inflightTtlMs: 1000,
-      record: true,
-    });
+    const entry = (requestId: string, session: string) =>
+      store.admit({ lock: 'f', token: a.token, check: 'token', requestId, session, record: true });
+    await entry('r1', 's1');
+    await entry('r2', 's2');
+    await entry('r3', 's2');
     const s = await store.lowerInflight('f', a.token + 1n);
-    expect(s.count).toBe(2);
-    expect(s.nextDeadline).not.toBeNull();
-    expect((s.nextDeadline ?? 0) - s.now).toBeGreaterThan(500);
-    expect((s.nextDeadline ?? 0) - s.now).toBeLessThanOrEqual(1000);
-    expect(await store.lowerInflight('f', a.token)).toMatchObject({ count: 0, nextDeadline: null });
+    expect(s.count).toBe(3);
+    expect([...s.sessions].sort()).toEqual(['s1', 's2']);
+    expect(await store.lowerInflight('f', a.token)).toEqual({ count: 0, sessions: [] });
+    await store.dropInflight('f', ['s2', 'nobody']);
+    expect(await store.lowerInflight('f', a.token + 1n)).toEqual({ count: 1, sessions: ['s1'] });
+    expect(await redisCall(t.url, 'HGET', lockKeys(t.prefix, 'f').inf, 'r1')).toBe(`${a.token} s1`);
   });
 });
 
@@ -227,13 +217,13 @@ describe('epoch floor on admission', () => {
     // The first admissions read the floor; later ones pass the floor last read and re-read it.
     expect(await admit('k', a.token)).toMatchObject({ ok: true });
     expect(await admit('k2', b.token)).toMatchObject({ ok: true });
-    const { inflight } = lockKeys(t.prefix, 'k');
-    const before = Number(await redisCall(t.url, 'ZCARD', inflight));
+    const { inf } = lockKeys(t.prefix, 'k');
+    const before = Number(await redisCall(t.url, 'HLEN', inf));
     // Another process bumps the epoch (the floor moves at or above every token issued so far).
     await redisCall(t.url, 'HSET', `${t.prefix}:epoch`, 'id', 'other', 'floor', (b.token + 1n).toString());
     expect(await admit('k', a.token)).toMatchObject({ ok: false, reason: 'stale' });
     expect(await admit('k2', b.token)).toMatchObject({ ok: false, reason: 'stale' });
-    expect(Number(await redisCall(t.url, 'ZCARD', inflight))).toBe(before);
+    expect(Number(await redisCall(t.url, 'HLEN', inf))).toBe(before);
     const c = await grant('k3');
     expect(c.token).toBeGreaterThan(b.token + 1n);
     expect(await admit('k3', c.token)).toMatchObject({ ok: true });
@@ -284,7 +274,7 @@ describe('watch', () => {
       token: a.token,
       check: 'token',
       requestId: 'r',
-      inflightTtlMs: 5000,
+      session: 's',
       record: true,
     });
     let calls = 0;

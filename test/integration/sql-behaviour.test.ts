@@ -182,7 +182,9 @@ describe.each(FIXTURES)('SQL store behaviour: $name', ({ open }) => {
 
   it('admit: forged, stale, lease-expired, and the fence moves only when recorded', async () => {
     fresh();
-    const base = { check: 'token' as const, inflightTtlMs: 5000, record: true };
+    const session = randomUUID();
+    await store.openSession(session, 60_000);
+    const base = { check: 'token' as const, session, record: true };
     expect(await store.admit({ ...base, lock: k(), token: 5n, requestId: 'r0' })).toEqual({
       ok: false,
       reason: 'forged',
@@ -238,25 +240,31 @@ describe.each(FIXTURES)('SQL store behaviour: $name', ({ open }) => {
     ).toMatchObject({ ok: false });
   });
 
-  it('drain barrier: lowerInflight counts live lower entries; finish and deadlines end them', async () => {
+  it('drain barrier: lowerInflight counts entries of live sessions; finish and session end remove them', async () => {
     fresh();
+    const [s1, s2] = [randomUUID(), randomUUID()];
+    await store.openSession(s1, 60_000);
+    await store.openSession(s2, 60_000);
     const base = { check: 'token' as const, record: true };
     const a = granted(await acquire({}, 'w1', 100));
-    await store.admit({ ...base, lock: k(), token: a.token, requestId: 'slow', inflightTtlMs: 10_000 });
-    await store.admit({ ...base, lock: k(), token: a.token, requestId: 'short', inflightTtlMs: 300 });
+    await store.admit({ ...base, lock: k(), token: a.token, requestId: 'slow', session: s1 });
+    await store.admit({ ...base, lock: k(), token: a.token, requestId: 'gone', session: s2 });
     await sleep(150);
     const b = granted(await acquire({}, 'w2'));
     const s = await store.lowerInflight(k(), b.token);
     expect(s.count).toBe(2);
-    expect(s.nextDeadline).not.toBeNull();
-    expect((s.nextDeadline ?? 0) - s.now).toBeLessThanOrEqual(300);
+    expect([...s.sessions].sort()).toEqual([s1, s2].sort());
     await store.finish(k(), 'slow');
-    await sleep(Math.max(0, (s.nextDeadline ?? 0) - s.now) + 50);
-    const after = await store.lowerInflight(k(), b.token);
-    expect(after).toMatchObject({ count: 0, nextDeadline: null });
+    expect(await store.lowerInflight(k(), b.token)).toEqual({ count: 1, sessions: [s2] });
+    // Ending the session removes its entries in the same transaction.
+    expect(await store.endSession(s2, 0)).toBe(true);
+    expect(await store.lowerInflight(k(), b.token)).toEqual({ count: 0, sessions: [] });
     expect(
-      await store.admit({ ...base, lock: k(), token: b.token, requestId: 'b', inflightTtlMs: 1000 }),
+      await store.admit({ ...base, lock: k(), token: b.token, requestId: 'b', session: s1 }),
     ).toMatchObject({ ok: true, lowerInflight: 0 });
+    // An entry of a session that no longer exists never counts.
+    await store.admit({ ...base, lock: k(), token: b.token, requestId: 'orphan', session: 'never-opened' });
+    expect((await store.lowerInflight(k(), b.token + 1n)).count).toBe(1);
   });
 
   it('watch: release, removeWaiter and finish notify; unsubscribe stops it', async () => {
@@ -304,7 +312,7 @@ describe.each(FIXTURES)('SQL store behaviour: $name', ({ open }) => {
         token: a.token,
         check: 'token',
         requestId: 'x',
-        inflightTtlMs: 1000,
+        session: 's',
         record: true,
       }),
     ).toMatchObject({ ok: false, reason: 'stale' });

@@ -88,7 +88,7 @@ describe('embedded store', { timeout: 90_000 }, () => {
       token: a.lease.token,
       check: 'token',
       requestId: 'w',
-      inflightTtlMs: 1000,
+      session: 's',
       record: true,
     });
     const epoch = (await first.health()).epoch;

@@ -139,7 +139,7 @@ describe('Postgres store', () => {
     expect(after.epoch?.floor).toBeGreaterThan(before.epoch?.floor ?? 0n);
   });
 
-  it('housekeeping prunes expired waiters, in-flight entries and idempotency records, and only those', async () => {
+  it('housekeeping prunes expired waiters, orphaned in-flight entries and idempotency records, and only those', async () => {
     const { schema, stores } = await openMany(1);
     const store = stores[0] as Store;
     // The first grant also starts the store's own housekeeping round (then none for 30 s).
@@ -148,17 +148,18 @@ describe('Postgres store', () => {
     await sleep(100);
     await store.enqueueWaiter('q1', 'expired', 1);
     await store.enqueueWaiter('q2', 'live', 60_000);
-    const admit = (requestId: string, inflightTtlMs: number) =>
+    const admit = (requestId: string, session: string) =>
       store.admit({
         lock: 'f',
         token: g.lease.token,
         check: 'token',
         requestId,
-        inflightTtlMs,
+        session,
         record: true,
       });
-    await admit('live', 60_000);
-    await admit('expired', 1);
+    await store.openSession('live-session', 60_000);
+    await admit('live', 'live-session');
+    await admit('orphan', 'ended-session'); // its session is gone: it can never finish
     await withPgClient(PG_URL, (c) =>
       c.query(`UPDATE "${schema}".grants SET keep_until = 0 WHERE request_id = 'old'`),
     );

@@ -75,7 +75,7 @@ describe('Postgres store when Postgres goes away', () => {
           token: a.lease.token,
           check: 'token',
           requestId: 'r',
-          inflightTtlMs: 1000,
+          session: 's',
           record: true,
         }),
       ),

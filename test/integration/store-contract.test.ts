@@ -87,7 +87,7 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
       token: MAX_TOKEN,
       check: 'token',
       requestId: randomUUID(),
-      inflightTtlMs: 1000,
+      session: randomUUID(),
       record: true,
     });
     expect(admitted).toMatchObject({ ok: true, highest: MAX_TOKEN });
@@ -244,6 +244,12 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
   });
 
   describe('fences', () => {
+    let session = '';
+    beforeEach(async () => {
+      session = randomUUID();
+      await h.store.openSession(session, 60_000);
+    });
+
     const admit = (
       store: Store,
       lock: string,
@@ -255,7 +261,7 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
         token,
         check: 'token',
         requestId: randomUUID(),
-        inflightTtlMs: 5000,
+        session,
         record: true,
         ...extra,
       });
@@ -305,8 +311,10 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
       expect(await admit(h.store, lock, a.token, { check: 'token' })).toMatchObject({ ok: true });
     });
 
-    it('counts lower-token writes in flight until they finish or their deadline passes', async () => {
+    it('counts lower-token writes in flight until they finish or their gateway session ends', async () => {
       const lock = 'f:4';
+      const other = randomUUID();
+      await h.store.openSession(other, 60_000);
       const a = await grant(h.store, lock, 'a', 100);
       const r1 = randomUUID();
       const r2 = randomUUID();
@@ -314,7 +322,7 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
         ok: true,
         lowerInflight: 0,
       });
-      expect(await admit(h.store, lock, a.token, { requestId: r2, inflightTtlMs: 300 })).toMatchObject({
+      expect(await admit(h.store, lock, a.token, { requestId: r2, session: other })).toMatchObject({
         ok: true,
       });
       await sleep(150);
@@ -324,13 +332,41 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
       expect(await admit(h.store, lock, b.token)).toMatchObject({ ok: true, lowerInflight: 2 });
       const state = await h.store.lowerInflight(lock, b.token);
       expect(state.count).toBe(2);
-      expect(state.nextDeadline).not.toBeNull();
+      expect([...state.sessions].sort()).toEqual([session, other].sort());
       await h.store.finish(lock, r1);
       await until(async () => notified > 0, 'finish notification');
+      expect(await h.store.lowerInflight(lock, b.token)).toEqual({ count: 1, sessions: [other] });
+      // Entries never lapse by time: only their session ending stops them counting.
+      await sleep(300);
       expect((await h.store.lowerInflight(lock, b.token)).count).toBe(1);
-      await sleep(350); // r2's deadline passes: a crashed gateway stops counting
-      expect((await h.store.lowerInflight(lock, b.token)).count).toBe(0);
+      const seen = notified;
+      expect(await h.store.endSession(other, 0)).toBe(true);
+      await h.store.dropInflight(lock, [other]);
+      await until(async () => notified > seen, 'drop notification');
+      expect(await h.store.lowerInflight(lock, b.token)).toEqual({ count: 0, sessions: [] });
       off();
+    });
+
+    it('gateway sessions: beats count up, ending is a compare-and-delete on the beat, and final', async () => {
+      const id = randomUUID();
+      expect(await h.store.beatSession(id)).toMatchObject({ alive: false });
+      await h.store.openSession(id, 4000);
+      expect(await h.store.readSessions([id, 'nobody'])).toEqual(new Map([[id, { beat: 0, ttlMs: 4000 }]]));
+      const beat = await h.store.beatSession(id);
+      expect(beat.alive).toBe(true);
+      expect(Math.abs(beat.now - (await h.store.now()))).toBeLessThan(5000);
+      await h.store.beatSession(id);
+      expect((await h.store.readSessions([id])).get(id)).toEqual({ beat: 2, ttlMs: 4000 });
+      expect((await h.store.readSessions(null)).get(id)).toEqual({ beat: 2, ttlMs: 4000 });
+      expect(await h.store.endSession(id, 1)).toBe(false); // it beat since: alive
+      expect(await h.store.endSession(id, 2)).toBe(true);
+      expect(await h.store.endSession(id, 2)).toBe(false);
+      expect(await h.store.beatSession(id)).toMatchObject({ alive: false });
+      expect(await h.store.readSessions([id])).toEqual(new Map());
+      const own = randomUUID();
+      await h.store.openSession(own, 4000);
+      await h.store.beatSession(own);
+      expect(await h.store.endSession(own, null)).toBe(true); // the owner's own shutdown
     });
 
     it('a bumped epoch puts every later token above the floor and refuses older ones', async () => {

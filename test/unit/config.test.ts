@@ -46,6 +46,34 @@ describe('config', () => {
     expect(() => resolveConfig({ file: join(dir, 'missing.yaml') })).toThrow(/cannot read config file/);
   });
 
+  it('accepts the known store schemes and plain paths, and nothing else', () => {
+    for (const store of [
+      'redis://127.0.0.1:6379',
+      'rediss://h:6380/0',
+      'postgres://u@h/db',
+      'postgresql://h/db',
+      './data',
+      '/var/lib/fencegate',
+      'data',
+      './etcd:2379',
+    ]) {
+      expect(resolveConfig({ flags: { store } }).store).toBe(store);
+    }
+    for (const store of ['etcd://h:2379', 'redis+cluster://a:1,b:2', 'Redis:/x', 'file:data', 'c:foo']) {
+      expect(() => resolveConfig({ flags: { store } })).toThrow(/--store: .*unknown store scheme/);
+    }
+    expect(() => resolveConfig({ env: { FENCEGATE_STORE: 'etcd://h' } })).toThrow(
+      /environment FENCEGATE_STORE: .*unknown store scheme "etcd:"/,
+    );
+    expect(() => resolveConfig({ flags: { store: 'mysql://root:secret@h/db' } })).toThrow(/\*\*\*/);
+  });
+
+  it('bounds the gateway session TTL', () => {
+    expect(resolveConfig({}).sessionTtlMs).toBe(6000);
+    expect(resolveConfig({ flags: { sessionTtlMs: '1000' } }).sessionTtlMs).toBe(1000);
+    expect(() => resolveConfig({ flags: { sessionTtlMs: '100' } })).toThrow(/sessionTtlMs/);
+  });
+
   it('names the variable or flag of a bad value', () => {
     expect(() => resolveConfig({ env: { FENCEGATE_CONTROL: 'x' } })).toThrow(/environment FENCEGATE_CONTROL/);
     expect(() => resolveConfig({ flags: { allowVolatileRedis: 'maybe' } })).toThrow(/--allow-volatile-redis/);

@@ -5,13 +5,13 @@
  *   <prefix>:{<tag>}:ctr       hash    issued, floor           (token strings)
  *   <prefix>:{<tag>}:lease     hash    leaseId, owner, token, expiresAt, ttlMs
  *   <prefix>:{<tag>}:fence     string  highest admitted token
- *   <prefix>:{<tag>}:inflight  zset    requestId -> deadline ms
- *   <prefix>:{<tag>}:inftok    hash    requestId -> token
+ *   <prefix>:{<tag>}:inf       hash    requestId -> '<token> <gateway session>' (in flight)
  *   <prefix>:{<tag>}:waitq     zset    waiterId -> FIFO position
  *   <prefix>:{<tag>}:waitdl    hash    waiterId -> deadline ms
  *   <prefix>:{<tag>}:req:<h>   hash    idempotency record, h = sha256(owner, requestId)
  *   <prefix>:{<tag>}:ch        pub/sub channel (not a key)
  *   <prefix>:epoch             hash    id, floor               (global, not tagged)
+ *   <prefix>:gateways          hash    sessionId -> '<beat> <ttlMs>' (global, not tagged)
  *
  * The tag is the lock key with `%`, `{` and `}` percent-escaped: readable for operators
  * (`fg:{order:42}:lease`), reversible, and free of braces, so a key such as `a}b{c`
@@ -23,8 +23,7 @@ export interface LockKeys {
   ctr: string;
   lease: string;
   fence: string;
-  inflight: string;
-  inftok: string;
+  inf: string;
   waitq: string;
   waitdl: string;
   channel: string;
@@ -61,8 +60,7 @@ export function lockKeys(prefix: string, key: string): LockKeys {
     ctr: `${base}:ctr`,
     lease: `${base}:lease`,
     fence: `${base}:fence`,
-    inflight: `${base}:inflight`,
-    inftok: `${base}:inftok`,
+    inf: `${base}:inf`,
     waitq: `${base}:waitq`,
     waitdl: `${base}:waitdl`,
     channel: `${base}:ch`,
@@ -75,6 +73,11 @@ export function lockKeys(prefix: string, key: string): LockKeys {
 
 export function epochKey(prefix: string): string {
   return `${prefix}:epoch`;
+}
+
+/** The gateway sessions of this namespace (docs/adr/0005). */
+export function sessionsKey(prefix: string): string {
+  return `${prefix}:gateways`;
 }
 
 /** SCAN patterns for keys that may have a live lease or live waiters. */

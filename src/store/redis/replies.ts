@@ -5,7 +5,16 @@
  */
 import { StoreUnavailableError } from '../../errors.js';
 import { parseToken, type FencingToken } from '../../tokens.js';
-import type { AcquireResult, AdmitResult, InflightState, Lease, LockState, RenewResult } from '../types.js';
+import type {
+  AcquireResult,
+  AdmitResult,
+  BeatResult,
+  InflightState,
+  Lease,
+  LockState,
+  RenewResult,
+  SessionRecord,
+} from '../types.js';
 
 export class ReplyReader {
   private readonly items: readonly unknown[];
@@ -107,7 +116,7 @@ export function parseInspect(reply: unknown, key: string): LockState | null {
 }
 
 export function parseAdmit(reply: unknown): AdmitResult {
-  const r = new ReplyReader(reply, 'fg_admit_v1');
+  const r = new ReplyReader(reply, 'fg_admit_v2');
   const status = r.str(0);
   switch (status) {
     case 'ok':
@@ -122,9 +131,22 @@ export function parseAdmit(reply: unknown): AdmitResult {
 }
 
 export function parseInflight(reply: unknown): InflightState {
-  const r = new ReplyReader(reply, 'fg_lower_inflight_v1');
-  const next = r.optStr(1);
-  return { count: r.int(0), nextDeadline: next === null ? null : r.int(1), now: r.int(2) };
+  const r = new ReplyReader(reply, 'fg_lower_inflight_v2');
+  const sessions: string[] = [];
+  for (let i = 1; i < r.length; i++) sessions.push(r.str(i));
+  return { count: r.int(0), sessions };
+}
+
+export function parseBeat(reply: unknown): BeatResult {
+  const r = new ReplyReader(reply, 'fg_session_beat_v1');
+  return { alive: r.str(0) === '1', now: r.int(1) };
+}
+
+/** The `gateways` hash's values: '<beat> <ttlMs>'; malformed entries are left out. */
+export function parseSessionRecord(value: string): SessionRecord | null {
+  const m = /^(\d+) (\d+)$/.exec(value);
+  if (m === null) return null;
+  return { beat: Number(m[1]), ttlMs: Number(m[2]) };
 }
 
 export function parseEpoch(reply: unknown, op: string): { id: string; floor: FencingToken } {

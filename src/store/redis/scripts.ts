@@ -19,9 +19,13 @@ export const SCRIPTS = {
   fg_enqueue_waiter_v1: ['enqueue_waiter.lua', 2],
   fg_remove_waiter_v1: ['remove_waiter.lua', 2],
   fg_inspect_v1: ['inspect.lua', 5],
-  fg_admit_v1: ['admit.lua', 5],
-  fg_finish_v1: ['finish.lua', 2],
-  fg_lower_inflight_v1: ['lower_inflight.lua', 2],
+  fg_admit_v2: ['admit.lua', 4],
+  fg_finish_v2: ['finish.lua', 1],
+  fg_lower_inflight_v2: ['lower_inflight.lua', 1],
+  fg_drop_inflight_v1: ['drop_inflight.lua', 1],
+  fg_session_open_v1: ['session_open.lua', 1],
+  fg_session_beat_v1: ['session_beat.lua', 1],
+  fg_session_end_v1: ['session_end.lua', 1],
   fg_epoch_init_v1: ['epoch_init.lua', 1],
   fg_epoch_bump_v1: ['epoch_bump.lua', 1],
 } as const satisfies Record<string, readonly [string, number]>;
@@ -48,21 +52,24 @@ export interface FencegateCommands {
   fg_enqueue_waiter_v1(waitq: string, waitdl: string, waiterId: string, waitMs: string): Promise<unknown>;
   fg_remove_waiter_v1(waitq: string, waitdl: string, waiterId: string, channel: string): Promise<unknown>;
   fg_inspect_v1(ctr: string, lease: string, waitq: string, waitdl: string, fence: string): Promise<unknown>;
-  fg_admit_v1(
+  fg_admit_v2(
     ctr: string,
     lease: string,
     fence: string,
-    inflight: string,
-    inftok: string,
+    inf: string,
     globalFloor: string,
     token: string,
     check: string,
     requestId: string,
-    inflightTtlMs: string,
+    session: string,
     record: string,
   ): Promise<unknown>;
-  fg_finish_v1(inflight: string, inftok: string, requestId: string, channel: string): Promise<unknown>;
-  fg_lower_inflight_v1(inflight: string, inftok: string, token: string): Promise<unknown>;
+  fg_finish_v2(inf: string, requestId: string, channel: string): Promise<unknown>;
+  fg_lower_inflight_v2(inf: string, token: string): Promise<unknown>;
+  fg_drop_inflight_v1(inf: string, channel: string, ...sessions: string[]): Promise<unknown>;
+  fg_session_open_v1(sessions: string, id: string, ttlMs: string): Promise<unknown>;
+  fg_session_beat_v1(sessions: string, id: string): Promise<unknown>;
+  fg_session_end_v1(sessions: string, id: string, expectedBeat: string): Promise<unknown>;
   fg_epoch_init_v1(epoch: string, newId: string): Promise<unknown>;
   fg_epoch_bump_v1(epoch: string, newId: string): Promise<unknown>;
 }

@@ -12,18 +12,37 @@ import type {
   AcquireResult,
   AdmitRequest,
   AdmitResult,
+  BeatResult,
   InflightState,
   LockState,
   ReleaseResult,
   RenewResult,
+  SessionRecord,
   Store,
   StoreHealth,
   StoreOptions,
 } from '../types.js';
 import { type Connection, connect, createConnection, unavailable } from './connection.js';
 import { type Durability, checkDurability } from './durability.js';
-import { epochKey, lockKeyOf, lockKeys, scanPatterns, validateNamespace, type LockKeys } from './keys.js';
-import { parseAcquire, parseAdmit, parseEpoch, parseInflight, parseInspect, parseRenew } from './replies.js';
+import {
+  epochKey,
+  lockKeyOf,
+  lockKeys,
+  scanPatterns,
+  sessionsKey,
+  validateNamespace,
+  type LockKeys,
+} from './keys.js';
+import {
+  parseAcquire,
+  parseAdmit,
+  parseBeat,
+  parseEpoch,
+  parseInflight,
+  parseInspect,
+  parseRenew,
+  parseSessionRecord,
+} from './replies.js';
 import { defineScripts, type FencegateRedis } from './scripts.js';
 import { Watcher } from './watch.js';
 
@@ -45,6 +64,7 @@ class RedisStore implements Store {
   readonly kind = 'redis' as const;
   private readonly watcher: Watcher;
   private readonly epochKey: string;
+  private readonly sessionsKey: string;
   /** The global epoch floor as last read from Redis (see admit); null: read before admitting. */
   private epochFloor: string | null = null;
   private closed = false;
@@ -57,6 +77,7 @@ class RedisStore implements Store {
   ) {
     this.watcher = new Watcher(conn);
     this.epochKey = epochKey(prefix);
+    this.sessionsKey = sessionsKey(prefix);
   }
 
   /**
@@ -225,21 +246,19 @@ class RedisStore implements Store {
   async admit(req: AdmitRequest): Promise<AdmitResult> {
     const k = this.keys(req.lock);
     const token = formatToken(req.token);
-    const ttl = ms('inflightTtlMs', req.inflightTtlMs);
     const record = req.record ? '1' : '0';
     const admitWith = async (floor: string) =>
       parseAdmit(
-        await this.redis.fg_admit_v1(
+        await this.redis.fg_admit_v2(
           k.ctr,
           k.lease,
           k.fence,
-          k.inflight,
-          k.inftok,
+          k.inf,
           floor,
           token,
           req.check,
           req.requestId,
-          ttl,
+          req.session,
           record,
         ),
       );
@@ -266,7 +285,7 @@ class RedisStore implements Store {
         // The floor moved or vanished: undo, and admit again with a floor read first.
         this.epochFloor = null;
         if (result.ok && req.record) {
-          await this.redis.fg_finish_v1(k.inflight, k.inftok, req.requestId, k.channel);
+          await this.redis.fg_finish_v2(k.inf, req.requestId, k.channel);
         }
       }
       const epoch = await this.currentEpoch();
@@ -280,24 +299,68 @@ class RedisStore implements Store {
 
   private async finishQuietly(k: LockKeys, requestId: string): Promise<void> {
     try {
-      await this.redis.fg_finish_v1(k.inflight, k.inftok, requestId, k.channel);
+      await this.redis.fg_finish_v2(k.inf, requestId, k.channel);
     } catch {
-      // The entry lapses at its deadline.
+      // The entry stops counting when this gateway's session ends.
     }
   }
 
   async finish(lock: string, requestId: string): Promise<void> {
     const k = this.keys(lock);
-    await this.run('finish', () =>
-      this.batched(() => this.redis.fg_finish_v1(k.inflight, k.inftok, requestId, k.channel)),
-    );
+    await this.run('finish', () => this.batched(() => this.redis.fg_finish_v2(k.inf, requestId, k.channel)));
   }
 
   async lowerInflight(lock: string, token: FencingToken): Promise<InflightState> {
     const k = this.keys(lock);
     const t = formatToken(token);
     return this.run('lowerInflight', async () =>
-      parseInflight(await this.redis.fg_lower_inflight_v1(k.inflight, k.inftok, t)),
+      parseInflight(await this.redis.fg_lower_inflight_v2(k.inf, t)),
+    );
+  }
+
+  async dropInflight(lock: string, sessions: readonly string[]): Promise<void> {
+    if (sessions.length === 0) return;
+    const k = this.keys(lock);
+    await this.run('dropInflight', () => this.redis.fg_drop_inflight_v1(k.inf, k.channel, ...sessions));
+  }
+
+  async openSession(id: string, ttlMs: number): Promise<void> {
+    const ttl = ms('ttlMs', ttlMs);
+    await this.run('openSession', () => this.redis.fg_session_open_v1(this.sessionsKey, id, ttl));
+  }
+
+  async beatSession(id: string): Promise<BeatResult> {
+    return this.run('beatSession', async () =>
+      parseBeat(await this.redis.fg_session_beat_v1(this.sessionsKey, id)),
+    );
+  }
+
+  async readSessions(ids: readonly string[] | null): Promise<Map<string, SessionRecord>> {
+    return this.run('readSessions', async () => {
+      const out = new Map<string, SessionRecord>();
+      if (ids === null) {
+        const all = await this.redis.hgetall(this.sessionsKey);
+        for (const [id, value] of Object.entries(all)) {
+          const r = parseSessionRecord(value);
+          if (r !== null) out.set(id, r);
+        }
+      } else if (ids.length > 0) {
+        const values = await this.redis.hmget(this.sessionsKey, ...ids);
+        ids.forEach((id, i) => {
+          const value = values[i];
+          const r = value == null ? null : parseSessionRecord(value);
+          if (r !== null) out.set(id, r);
+        });
+      }
+      return out;
+    });
+  }
+
+  async endSession(id: string, ifBeat: number | null): Promise<boolean> {
+    const expected = ifBeat === null ? '' : String(ifBeat);
+    return this.run(
+      'endSession',
+      async () => (await this.redis.fg_session_end_v1(this.sessionsKey, id, expected)) === '1',
     );
   }
 

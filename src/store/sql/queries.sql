@@ -183,26 +183,24 @@ SELECT n.now::text        AS now,
        l.token::text      AS lease_token,
        l.expires_at::text AS expires_at,
        (SELECT count(*) FROM {schema}.inflight i
-         WHERE i.lock = $1::text AND i.token < $2::bigint AND i.deadline > n.now)::int AS lower_inflight
+         JOIN {schema}.gateway_sessions s ON s.id = i.session_id
+         WHERE i.lock = $1::text AND i.token < $2::bigint)::int AS lower_inflight
   FROM (SELECT {schema}.now_ms() AS now) n
   JOIN {schema}.locks l ON l.key = $1::text
   LEFT JOIN {schema}.epoch e ON true;
 
 -- name: admit_record
 -- Raises the fence (compare-and-set under the row lock taken by lock_key) and
--- registers the in-flight write; prunes the lock's expired in-flight entries.
--- $1 lock, $2 token, $3 request id, $4 now, $5 in-flight ttl ms
+-- registers the in-flight write, owned by the gateway session $4.
+-- $1 lock, $2 token, $3 request id, $4 session id
 WITH fence AS (
   UPDATE {schema}.locks
      SET highest = $2::bigint
    WHERE key = $1::text AND (highest IS NULL OR highest < $2::bigint)
 ), entry AS (
-  INSERT INTO {schema}.inflight (lock, request_id, token, deadline)
-  VALUES ($1::text, $3::text, $2::bigint, $4::bigint + $5::bigint)
-  ON CONFLICT (lock, request_id) DO UPDATE SET token = excluded.token, deadline = excluded.deadline
-), pruned AS (
-  DELETE FROM {schema}.inflight
-   WHERE lock = $1::text AND deadline <= $4::bigint AND request_id <> $3::text
+  INSERT INTO {schema}.inflight (lock, request_id, token, session_id)
+  VALUES ($1::text, $3::text, $2::bigint, $4::text)
+  ON CONFLICT (lock, request_id) DO UPDATE SET token = excluded.token, session_id = excluded.session_id
 )
 SELECT 1 AS done;
 
@@ -214,14 +212,57 @@ WITH removed AS (
 SELECT count(*)::int AS notified FROM (SELECT pg_notify($3::text, $1::text)) x;
 
 -- name: lower_inflight
--- $1 lock, $2 token
-SELECT n.now::text             AS now,
-       count(i.token)::int     AS count,
-       min(i.deadline)::text   AS next_deadline
-  FROM (SELECT {schema}.now_ms() AS now) n
-  LEFT JOIN {schema}.inflight i
-         ON i.lock = $1::text AND i.token < $2::bigint AND i.deadline > n.now
- GROUP BY n.now;
+-- The lock's in-flight entries below $2 whose session still exists, and those
+-- sessions (space-separated; ids never contain spaces). $1 lock, $2 token
+SELECT count(*)::int                                       AS count,
+       coalesce(string_agg(DISTINCT i.session_id, ' '), '') AS sessions
+  FROM {schema}.inflight i
+  JOIN {schema}.gateway_sessions s ON s.id = i.session_id
+ WHERE i.lock = $1::text AND i.token < $2::bigint;
+
+-- name: drop_inflight
+-- Removes the lock's entries owned by the given (ended) sessions and notifies.
+-- $1 lock, $2 session ids (space-separated), $3 channel
+WITH dropped AS (
+  DELETE FROM {schema}.inflight
+   WHERE lock = $1::text AND session_id = ANY (string_to_array($2::text, ' '))
+  RETURNING 1
+)
+SELECT count(*)::int AS notified
+  FROM (SELECT pg_notify($3::text, $1::text) WHERE EXISTS (SELECT 1 FROM dropped)) x;
+
+-- name: session_open
+-- $1 id, $2 ttl ms
+INSERT INTO {schema}.gateway_sessions (id, beat, ttl_ms, started_at)
+VALUES ($1::text, 0, $2::bigint, {schema}.now_ms());
+
+-- name: session_beat
+-- Increments the beat if the session still exists. $1 id
+WITH b AS (
+  UPDATE {schema}.gateway_sessions SET beat = beat + 1 WHERE id = $1::text RETURNING 1
+)
+SELECT (SELECT count(*) FROM b)::int AS alive, {schema}.now_ms()::text AS now;
+
+-- name: session_read
+-- $1 ids (space-separated), or NULL for all
+SELECT id, beat::text AS beat, ttl_ms::text AS ttl_ms
+  FROM {schema}.gateway_sessions
+ WHERE $1::text IS NULL OR id = ANY (string_to_array($1::text, ' '));
+
+-- name: session_end
+-- Ends the session if its beat is still $2 (NULL: unconditionally), removes its
+-- in-flight entries and notifies each lock that had one.
+-- $1 id, $2 expected beat or NULL, $3 channel
+WITH ended AS (
+  DELETE FROM {schema}.gateway_sessions
+   WHERE id = $1::text AND ($2::bigint IS NULL OR beat = $2::bigint)
+  RETURNING id
+), dropped AS (
+  DELETE FROM {schema}.inflight i USING ended e WHERE i.session_id = e.id RETURNING i.lock
+)
+SELECT (SELECT count(*) FROM ended)::int AS ended,
+       (SELECT count(*) FROM (SELECT pg_notify($3::text, d.lock)
+                                FROM (SELECT DISTINCT lock FROM dropped) d) x)::int AS notified;
 
 -- name: bump_epoch
 -- New epoch id; floor raised to the store clock × 1000, never lowered. $1 new id
@@ -259,10 +300,12 @@ WITH g AS (
           WHERE deadline <= {schema}.now_ms() LIMIT $1::int FOR UPDATE SKIP LOCKED)
   RETURNING 1
 ), i AS (
+  -- entries whose session has ended (session_end removes them; this catches leftovers)
   DELETE FROM {schema}.inflight
    WHERE (lock, request_id) IN (
-         SELECT lock, request_id FROM {schema}.inflight
-          WHERE deadline <= {schema}.now_ms() LIMIT $1::int FOR UPDATE SKIP LOCKED)
+         SELECT lock, request_id FROM {schema}.inflight f
+          WHERE NOT EXISTS (SELECT 1 FROM {schema}.gateway_sessions s WHERE s.id = f.session_id)
+          LIMIT $1::int FOR UPDATE SKIP LOCKED)
   RETURNING 1
 )
 SELECT (SELECT count(*) FROM g)::int AS grants,

@@ -23,6 +23,11 @@ const QUERY_NAMES = [
   'admit_record',
   'finish',
   'lower_inflight',
+  'drop_inflight',
+  'session_open',
+  'session_beat',
+  'session_read',
+  'session_end',
   'bump_epoch',
   'health',
   'durability',
@@ -34,7 +39,7 @@ export type QueryName = (typeof QUERY_NAMES)[number];
 export type Queries = Readonly<Record<QueryName, string>>;
 
 /** The schema version this code writes and expects (meta.schema_version). */
-export const SCHEMA_VERSION = '1';
+export const SCHEMA_VERSION = '2';
 
 const SCHEMA_SQL = readFileSync(new URL('./schema.sql', import.meta.url), 'utf8');
 const QUERIES_SQL = readFileSync(new URL('./queries.sql', import.meta.url), 'utf8');
@@ -139,9 +144,24 @@ export interface AdmitContextRow {
 }
 
 export interface LowerInflightRow {
-  now: string;
   count: number;
-  next_deadline: string | null;
+  /** Space-separated session ids ('' when none). */
+  sessions: string;
+}
+
+export interface SessionBeatRow {
+  alive: number;
+  now: string;
+}
+
+export interface SessionRow {
+  id: string;
+  beat: string;
+  ttl_ms: string;
+}
+
+export interface SessionEndRow {
+  ended: number;
 }
 
 export interface EpochRow {

@@ -20,7 +20,10 @@ CREATE TABLE IF NOT EXISTS {schema}.meta (
   name  text PRIMARY KEY,
   value text NOT NULL
 );
-INSERT INTO {schema}.meta (name, value) VALUES ('schema_version', '1') ON CONFLICT (name) DO NOTHING;
+-- Version 2: in-flight entries belong to gateway sessions (the upgrade from 1 is at
+-- the end of this file). A newer version is left alone, and refused by the check.
+INSERT INTO {schema}.meta AS m (name, value) VALUES ('schema_version', '2')
+ON CONFLICT (name) DO UPDATE SET value = '2' WHERE m.value = '1';
 
 -- The global epoch: one row. Its floor is raised by bumpEpoch() (after restoring a
 -- backup); every token minted is above it and admit() refuses tokens at or below
@@ -87,13 +90,30 @@ CREATE INDEX IF NOT EXISTS waiters_queue ON {schema}.waiters (key, seq);
 CREATE INDEX IF NOT EXISTS waiters_deadline ON {schema}.waiters (deadline);
 
 -- Writes admitted by a gateway and still in flight to the upstream (drain barrier).
--- An entry stops counting at its deadline (a gateway that crashed never finishes it).
+-- An entry has no deadline: it counts until it is finished or until the gateway
+-- session that owns it ends (docs/adr/0005-gateway-sessions.md).
 CREATE TABLE IF NOT EXISTS {schema}.inflight (
   lock       text   NOT NULL,
   request_id text   NOT NULL,
   token      bigint NOT NULL,
-  deadline   bigint NOT NULL,
+  session_id text   NOT NULL,
   PRIMARY KEY (lock, request_id)
 );
+-- Schema 1 kept a store-clock deadline per entry instead of a session. Its entries
+-- cannot be judged any more and are dropped (upgrade every gateway at once).
+ALTER TABLE {schema}.inflight ADD COLUMN IF NOT EXISTS session_id text;
+DELETE FROM {schema}.inflight WHERE session_id IS NULL;
+ALTER TABLE {schema}.inflight ALTER COLUMN session_id SET NOT NULL;
+ALTER TABLE {schema}.inflight DROP COLUMN IF EXISTS deadline;
 CREATE INDEX IF NOT EXISTS inflight_lower ON {schema}.inflight (lock, token);
-CREATE INDEX IF NOT EXISTS inflight_deadline ON {schema}.inflight (deadline);
+CREATE INDEX IF NOT EXISTS inflight_session ON {schema}.inflight (session_id);
+
+-- Gateway sessions: one per gateway process, kept alive by a heartbeat that bumps
+-- beat. Other gateways end a session whose beat they saw unchanged for ttl_ms of
+-- their own monotonic clock; ending it removes its in-flight entries.
+CREATE TABLE IF NOT EXISTS {schema}.gateway_sessions (
+  id         text   PRIMARY KEY,
+  beat       bigint NOT NULL DEFAULT 0,
+  ttl_ms     bigint NOT NULL CHECK (ttl_ms > 0),
+  started_at bigint NOT NULL
+);

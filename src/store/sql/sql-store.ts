@@ -10,10 +10,12 @@ import type {
   AcquireResult,
   AdmitRequest,
   AdmitResult,
+  BeatResult,
   InflightState,
   LockState,
   ReleaseResult,
   RenewResult,
+  SessionRecord,
   Store,
   StoreHealth,
   StoreKind,
@@ -103,6 +105,26 @@ export class SqlStore implements Store {
 
   lowerInflight(lock: string, token: FencingToken): Promise<InflightState> {
     return fences.lowerInflight(this.ctx, lock, token);
+  }
+
+  dropInflight(lock: string, sessions: readonly string[]): Promise<void> {
+    return fences.dropInflight(this.ctx, lock, sessions);
+  }
+
+  openSession(id: string, ttlMs: number): Promise<void> {
+    return fences.openSession(this.ctx, id, ttlMs);
+  }
+
+  beatSession(id: string): Promise<BeatResult> {
+    return fences.beatSession(this.ctx, id);
+  }
+
+  readSessions(ids: readonly string[] | null): Promise<Map<string, SessionRecord>> {
+    return fences.readSessions(this.ctx, ids);
+  }
+
+  endSession(id: string, ifBeat: number | null): Promise<boolean> {
+    return fences.endSession(this.ctx, id, ifBeat);
   }
 
   // ---- notifications ----

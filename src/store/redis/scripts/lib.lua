@@ -100,23 +100,16 @@ local function fg_live_waiters(qkey, dkey, now, prune)
   return live
 end
 
--- Live in-flight entries: { {requestId, token, deadlineMs}, … } (deadline > now).
--- zkey: zset requestId -> deadline ms; hkey: hash requestId -> token.
-local function fg_live_inflight(zkey, hkey, now)
+-- In-flight entries of a lock: { {requestId, token, session}, … }.
+-- key: hash requestId -> '<token> <session>' (see admit.lua).
+local function fg_inflight(key)
   local out = {}
-  local rows = redis.call('ZRANGEBYSCORE', zkey, '(' .. fg_int(now), '+inf', 'WITHSCORES')
-  for i = 1, #rows, 2 do
-    local tok = redis.call('HGET', hkey, rows[i])
-    if tok then out[#out + 1] = { rows[i], tok, tonumber(rows[i + 1]) } end
+  local flat = redis.call('HGETALL', key)
+  for i = 1, #flat, 2 do
+    local tok, session = string.match(flat[i + 1], '^(%d+) (.+)$')
+    if tok then out[#out + 1] = { flat[i], tok, session } end
   end
   return out
-end
-
--- Removes in-flight entries whose deadline has passed (deadline <= now).
-local function fg_prune_inflight(zkey, hkey, now)
-  local dead = redis.call('ZRANGEBYSCORE', zkey, '-inf', fg_int(now))
-  for _, id in ipairs(dead) do redis.call('HDEL', hkey, id) end
-  if #dead > 0 then redis.call('ZREMRANGEBYSCORE', zkey, '-inf', fg_int(now)) end
 end
 
 -- Sets a key's expiry to at least ms from now (never shortens it). For bookkeeping keys

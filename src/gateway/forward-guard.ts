@@ -1,0 +1,319 @@
+/**
+ * What bounds one forwarded request, and what stops it from reaching the upstream once
+ * it must not (docs/adr/0005-gateway-sessions.md):
+ *
+ * - A fenced write is sent only while its gateway session is valid: checked right
+ *   before undici writes the request line (an interceptor's onRequestStart, which runs
+ *   synchronously before the socket write, also for a request that waited in the pool
+ *   queue) and before every body chunk (LeaseCheckedBody); when the session lapses
+ *   while the request streams, the upstream request is aborted.
+ * - The client's body must make progress: no byte for the route's
+ *   `upload.idleTimeoutMs`, or longer than `upload.timeoutMs` in all, and the request is
+ *   cut: 408 to the client, the upstream request aborted (or never sent).
+ * - The upstream must answer: final response headers within the upstream's `timeoutMs`
+ *   of the request being sent (after the upload); 1xx interim responses do not extend it.
+ *
+ * A request cut before undici started writing it is settled at once (its in-flight
+ * entry finished): onRequestStart refuses it if undici ever dequeues it.
+ */
+import type { IncomingMessage } from 'node:http';
+import { Transform, type TransformCallback } from 'node:stream';
+import { ProblemError } from '../errors.js';
+import type { Metrics } from '../observe/metrics.js';
+import type { SessionLease } from './session.js';
+
+export type CutReason = 'body-idle' | 'upload-time' | 'upstream-late' | 'session-lapsed';
+
+/** The error undici and reply-from see for a request the gateway cut; carries the problem to send. */
+export class ForwardCutError extends Error {
+  /** A late upstream counts against its circuit breaker (a timeout code); other cuts do not. */
+  readonly code: string;
+  constructor(
+    readonly problem: ProblemError,
+    readonly reason: CutReason,
+  ) {
+    super(problem.message);
+    this.name = 'ForwardCutError';
+    this.code = reason === 'upstream-late' ? 'FG_UPSTREAM_LATE' : 'FG_FORWARD_CUT';
+  }
+}
+
+export interface GuardSettings {
+  upstream: string;
+  /** Final response headers within this many ms of the request being sent (uploads excluded). */
+  timeoutMs: number;
+  idleTimeoutMs: number;
+  uploadTimeoutMs: number;
+  /** Set for enforced fenced writes: nothing is sent under it once it is no longer valid. */
+  lease: SessionLease | null;
+  lock: string | null;
+}
+
+type Abort = (err?: Error) => void;
+
+export class ForwardGuard {
+  private abort: Abort | null = null;
+  private cut: ForwardCutError | null = null;
+  private answered = false;
+  private bodyDone: boolean;
+  private headersTimer: NodeJS.Timeout | null = null;
+  private uploadTimer: NodeJS.Timeout | null = null;
+  private untrack: (() => void) | null = null;
+  private finished = false;
+  private idleArmed = false;
+
+  constructor(
+    private readonly settings: GuardSettings,
+    private readonly raw: IncomingMessage,
+    private readonly metrics: Metrics,
+    /** Called when the request is cut before undici started sending it (it never will). */
+    private readonly onCutUnsent: (err: ForwardCutError) => void,
+  ) {
+    this.bodyDone = !hasPendingBody(raw);
+    if (!this.bodyDone) this.watchUpload();
+    const lease = settings.lease;
+    if (lease !== null) this.untrack = lease.track(() => this.cutFor('session-lapsed'));
+  }
+
+  /** The error to fail the request with if it must not be sent now, else null. */
+  refusal(): ForwardCutError | null {
+    if (this.cut !== null) return this.cut;
+    const lease = this.settings.lease;
+    if (lease !== null && !lease.valid) return this.cutFor('session-lapsed');
+    return null;
+  }
+
+  /** undici is about to write the request (onRequestStart). */
+  started(abort: Abort): ForwardCutError | null {
+    const refusal = this.refusal();
+    if (refusal !== null) return refusal;
+    this.abort = abort;
+    if (this.bodyDone) this.armHeadersTimer();
+    return null;
+  }
+
+  /** Response headers arrived (statusCode ≥ 200; interim 1xx responses do not count). */
+  responded(): void {
+    this.answered = true;
+    this.clearHeadersTimer();
+  }
+
+  /** The request settled (answered, failed, cut): timers and session tracking end. */
+  settled(): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.clearHeadersTimer();
+    this.clearUpload();
+    this.untrack?.();
+    this.untrack = null;
+  }
+
+  /** Wraps the request body so that no chunk is passed on once the session is invalid. */
+  guardBody<B>(body: B): B | LeaseCheckedBody {
+    const lease = this.settings.lease;
+    if (lease === null || !isStream(body)) return body;
+    const checked = new LeaseCheckedBody(lease, () => this.cutFor('session-lapsed'));
+    body.on('error', (err: Error) => checked.destroy(err));
+    return body.pipe(checked);
+  }
+
+  private watchUpload(): void {
+    const { idleTimeoutMs, uploadTimeoutMs } = this.settings;
+    this.raw.socket.setTimeout(idleTimeoutMs);
+    this.idleArmed = true;
+    this.raw.on('timeout', this.onIdle);
+    this.uploadTimer = setTimeout(() => this.cutFor('upload-time'), uploadTimeoutMs);
+    this.raw.once('end', this.onBodyEnd);
+  }
+
+  private readonly onIdle = (): void => {
+    if (!this.bodyDone) this.cutFor('body-idle');
+  };
+
+  private readonly onBodyEnd = (): void => {
+    this.bodyDone = true;
+    this.clearUpload();
+    if (this.abort !== null && !this.answered) this.armHeadersTimer();
+  };
+
+  /** The client connection closed: its body can no longer make progress, so stop timing it. */
+  clientClosed(): void {
+    this.clearUpload();
+  }
+
+  private clearUpload(): void {
+    if (this.uploadTimer !== null) clearTimeout(this.uploadTimer);
+    this.uploadTimer = null;
+    if (!this.idleArmed) return;
+    this.idleArmed = false;
+    this.raw.off('timeout', this.onIdle);
+    this.raw.off('end', this.onBodyEnd);
+    if (!this.raw.socket.destroyed) this.raw.socket.setTimeout(0);
+  }
+
+  private armHeadersTimer(): void {
+    if (this.headersTimer !== null || this.answered) return;
+    this.headersTimer = setTimeout(() => this.cutFor('upstream-late'), this.settings.timeoutMs);
+  }
+
+  private clearHeadersTimer(): void {
+    if (this.headersTimer !== null) clearTimeout(this.headersTimer);
+    this.headersTimer = null;
+  }
+
+  private cutFor(reason: CutReason): ForwardCutError {
+    if (this.cut !== null) return this.cut;
+    if (this.finished) return new ForwardCutError(problemFor(reason, this.settings), reason);
+    // A late answer that already arrived is not cut for lateness.
+    if (reason === 'upstream-late' && this.answered)
+      return new ForwardCutError(problemFor(reason, this.settings), reason);
+    const err = new ForwardCutError(problemFor(reason, this.settings), reason);
+    this.cut = err;
+    this.metrics.forwardsCut.inc({ reason });
+    if (this.abort !== null) {
+      this.abort(err);
+    } else {
+      this.settled();
+      this.onCutUnsent(err);
+    }
+    return err;
+  }
+}
+
+function problemFor(reason: CutReason, s: GuardSettings): ProblemError {
+  switch (reason) {
+    case 'body-idle':
+      return new ProblemError(
+        'request-timeout',
+        `no request body bytes arrived for ${s.idleTimeoutMs} ms; the upstream request was aborted`,
+        {},
+        { headers: { connection: 'close' } },
+      );
+    case 'upload-time':
+      return new ProblemError(
+        'request-timeout',
+        `the request body took longer than ${s.uploadTimeoutMs} ms; the upstream request was aborted`,
+        {},
+        { headers: { connection: 'close' } },
+      );
+    case 'upstream-late':
+      return new ProblemError(
+        'upstream-timeout',
+        `upstream "${s.upstream}" did not answer within ${s.timeoutMs} ms; it may still apply the request`,
+        { upstream: s.upstream },
+      );
+    case 'session-lapsed':
+      return new ProblemError(
+        'fence-unavailable',
+        'this gateway lost its session with the fence store while forwarding; the write was cut',
+        s.lock === null ? {} : { lock: s.lock },
+        { headers: { 'retry-after': '1' } },
+      );
+  }
+}
+
+/** True when the client is still sending a body (declared and not yet fully received). */
+function hasPendingBody(raw: IncomingMessage): boolean {
+  if (raw.complete) return false;
+  const length = raw.headers['content-length'];
+  if (length !== undefined) return length !== '0';
+  return raw.headers['transfer-encoding'] !== undefined;
+}
+
+function isStream(body: unknown): body is NodeJS.ReadableStream {
+  return body !== null && typeof body === 'object' && typeof (body as { pipe?: unknown }).pipe === 'function';
+}
+
+/** Passes body chunks on only while the lease is valid; fails the body otherwise. */
+export class LeaseCheckedBody extends Transform {
+  constructor(
+    private readonly lease: SessionLease,
+    private readonly onLapsed: () => Error,
+  ) {
+    super();
+  }
+
+  override _transform(chunk: Buffer, _enc: BufferEncoding, callback: TransformCallback): void {
+    if (this.lease.valid) callback(null, chunk);
+    else callback(this.onLapsed());
+  }
+}
+
+/** undici's legacy handler interface, as its Request calls it (see GuardedHandler). */
+interface LegacyHandler {
+  onConnect?(abort: (err?: Error) => void, context?: unknown): void;
+  onResponseStarted?(): void;
+  onHeaders?(
+    statusCode: number,
+    rawHeaders: Buffer[],
+    resume: () => void,
+    statusText: string,
+  ): boolean | void;
+  onData?(chunk: Buffer): boolean | void;
+  onComplete?(trailers: Buffer[] | null): void;
+  onError?(err: Error): void;
+  onUpgrade?(statusCode: number, rawHeaders: Buffer[], socket: unknown): void;
+  onBodySent?(chunk: unknown): void;
+  onRequestSent?(): void;
+}
+
+/**
+ * Wraps undici's own request handler: the guard may refuse the request in onConnect,
+ * which undici calls synchronously right before writing it to the socket (also for a
+ * request that waited in the pool's queue), and sees the final response headers.
+ * (A legacy-interface wrapper, not an interceptor: undici would otherwise convert every
+ * handler between its two interfaces and parse the response headers twice.)
+ */
+export class GuardedHandler implements LegacyHandler {
+  constructor(
+    private readonly guard: ForwardGuard,
+    private readonly inner: LegacyHandler,
+  ) {}
+
+  onConnect(abort: (err?: Error) => void, context?: unknown): void {
+    const refusal = this.guard.started(abort);
+    if (refusal !== null) {
+      abort(refusal);
+      return;
+    }
+    this.inner.onConnect?.(abort, context);
+  }
+
+  onResponseStarted(): void {
+    this.inner.onResponseStarted?.();
+  }
+
+  onHeaders(
+    statusCode: number,
+    rawHeaders: Buffer[],
+    resume: () => void,
+    statusText: string,
+  ): boolean | void {
+    if (statusCode >= 200) this.guard.responded();
+    return this.inner.onHeaders?.(statusCode, rawHeaders, resume, statusText);
+  }
+
+  onData(chunk: Buffer): boolean | void {
+    return this.inner.onData?.(chunk);
+  }
+
+  onComplete(trailers: Buffer[] | null): void {
+    this.inner.onComplete?.(trailers);
+  }
+
+  onError(err: Error): void {
+    this.inner.onError?.(err);
+  }
+
+  onUpgrade(statusCode: number, rawHeaders: Buffer[], socket: unknown): void {
+    this.inner.onUpgrade?.(statusCode, rawHeaders, socket);
+  }
+
+  onBodySent(chunk: unknown): void {
+    this.inner.onBodySent?.(chunk);
+  }
+
+  onRequestSent(): void {
+    this.inner.onRequestSent?.();
+  }
+}
