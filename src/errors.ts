@@ -22,6 +22,7 @@ export const PROBLEMS = {
   'no-route': { status: 404, title: 'No route matches this request' },
   'upstream-unavailable': { status: 502, title: 'The upstream could not be reached' },
   'upstream-timeout': { status: 504, title: 'The upstream did not answer in time' },
+  'forward-interrupted': { status: 502, title: 'The gateway cut the request while forwarding it' },
   'payload-too-large': { status: 413, title: 'The request body is too large' },
   'request-timeout': { status: 408, title: 'The request body did not arrive in time' },
   'tokens-exhausted': { status: 409, title: 'This lock has issued its last possible token' },

@@ -167,7 +167,9 @@ export class ForwardGuard {
     // A late answer that already arrived is not cut for lateness.
     if (reason === 'upstream-late' && this.answered)
       return new ForwardCutError(problemFor(reason, this.settings), reason);
-    const err = new ForwardCutError(problemFor(reason, this.settings), reason);
+    // The upstream may have the whole request only if undici started it and the body was complete.
+    const whole = this.abort !== null && this.bodyDone;
+    const err = new ForwardCutError(problemFor(reason, this.settings, whole), reason);
     this.cut = err;
     this.metrics.forwardsCut.inc({ reason });
     if (this.abort !== null) {
@@ -180,7 +182,8 @@ export class ForwardGuard {
   }
 }
 
-function problemFor(reason: CutReason, s: GuardSettings): ProblemError {
+/** `sent`: the upstream may have received the whole request (so it may apply it). */
+function problemFor(reason: CutReason, s: GuardSettings, sent = false): ProblemError {
   switch (reason) {
     case 'body-idle':
       return new ProblemError(
@@ -203,6 +206,14 @@ function problemFor(reason: CutReason, s: GuardSettings): ProblemError {
         { upstream: s.upstream },
       );
     case 'session-lapsed':
+      if (sent) {
+        return new ProblemError(
+          'forward-interrupted',
+          'this gateway lost its session with the fence store while forwarding and cut the request; ' +
+            'the upstream may or may not have applied it',
+          s.lock === null ? {} : { lock: s.lock },
+        );
+      }
       return new ProblemError(
         'fence-unavailable',
         'this gateway lost its session with the fence store while forwarding; the write was cut',

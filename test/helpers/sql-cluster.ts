@@ -34,11 +34,15 @@ export interface Cluster {
   destroy(): Promise<void>;
 }
 
-export async function startCluster(): Promise<Cluster> {
+/** `env` is added to the server's environment (e.g. libfaketime, to move its clock). */
+export async function startCluster(env: NodeJS.ProcessEnv = {}): Promise<Cluster> {
   const bin = binDir();
   const asRoot = process.getuid?.() === 0;
+  const options = { env: { ...process.env, ...env } };
   const exec = (cmd: string, args: string[]) =>
-    asRoot ? run('runuser', ['-u', 'postgres', '--', join(bin, cmd), ...args]) : run(join(bin, cmd), args);
+    asRoot
+      ? run('runuser', ['-u', 'postgres', '--', join(bin, cmd), ...args], options)
+      : run(join(bin, cmd), args, options);
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'fg-pgcluster-'));
   if (asRoot) {

@@ -6,7 +6,7 @@
  * clock a machine's NTP step or an operator's `date -s` moves.
  */
 import { existsSync } from 'node:fs';
-import { rm, writeFile } from 'node:fs/promises';
+import { chmod, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { tempDir } from '../../helpers/procs.js';
 
@@ -34,6 +34,9 @@ export async function fakeClock(initial = '+0'): Promise<FakeClock> {
   const dir = await tempDir('fg-faketime-');
   const file = join(dir, 'offset');
   await writeFile(file, `${initial}\n`);
+  // Readable by servers that drop root (Postgres runs as the postgres user).
+  await chmod(dir, 0o755);
+  await chmod(file, 0o644);
   return {
     env: {
       LD_PRELOAD: libfaketime(),

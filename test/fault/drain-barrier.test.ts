@@ -1,0 +1,370 @@
+/**
+ * The drain barrier holds while a write is really in flight (docs/adr/0005-gateway-sessions.md),
+ * in the four ways a review broke it when in-flight entries lapsed at a store-clock deadline
+ * (entry life = drainTimeoutMs + timeoutMs + 2 s, here 1.5 + 3 + 2 = 6.5 s):
+ *
+ * 1. A slow upload outlives that life: T1's body trickles in through gateway 1 for ~8 s.
+ * 2. A full upstream pool: 256 unfenced writes, each answered after 2.5 s, keep gateway 1's
+ *    128 connections busy; T1 waits ~5 s in undici's queue, then takes 2 s at the upstream.
+ * 3. A paused gateway: T1 waits at gateway 1's barrier behind T0; gateway 1 is SIGSTOPped
+ *    past its session TTL; on SIGCONT it must not forward T1.
+ * 4. A store clock step forward (+1 h) while T1 is in flight: Postgres under libfaketime
+ *    with two gateways, and the embedded store (the gateway's own host clock). Redis cannot
+ *    be staged here (libfaketime recurses in its allocator's clock_gettime at start); its
+ *    scripts read no clock for in-flight entries at all (admit.lua, lower_inflight.lua).
+ *
+ * In each, T2 (a later owner, through gateway 2) retries on 503 until it is forwarded, and
+ * must never reach the upstream before T1 was applied (or, in 3, while gateway 1 could
+ * still send T1). Every run ends with the history checker, and T2 must succeed: a barrier
+ * that refuses everything does not pass.
+ */
+import { randomBytes } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
+import { rm } from 'node:fs/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { formatViolation } from '../checker/index.js';
+import { startFencegate, tempDir, type FencegateProcess } from '../helpers/procs.js';
+import { startCluster } from '../helpers/sql-cluster.js';
+import {
+  checkRun,
+  HistoryRecorder,
+  opId,
+  openFaultStore,
+  startGatedUpstream,
+  writePolicy,
+  type FaultStore,
+  type GatedUpstream,
+  type WriteResult,
+} from './harness/index.js';
+import { fakeClock, type FakeClock } from './lib/faketime.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const SESSION_TTL = ['--session-ttl-ms', '1500'];
+
+async function until(what: string, cond: () => boolean, timeoutMs = 30_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(20);
+  }
+}
+
+async function policyFor(upstreamUrl: string) {
+  return writePolicy({ app: { url: upstreamUrl, timeoutMs: 3000, breaker: { volumeThreshold: 10_000 } } }, [
+    { name: 'docs', path: '/docs/orders/:id', upstream: 'app', lock: 'doc:{id}', drainTimeoutMs: 1500 },
+    { name: 'filler', path: '/filler/orders/:id', upstream: 'app' },
+  ]);
+}
+
+interface Run {
+  history: HistoryRecorder;
+  lock: string;
+  id: string;
+  tag: string;
+}
+
+function newRun(): Run {
+  const tag = randomBytes(3).toString('hex');
+  return { history: new HistoryRecorder(), lock: `doc:${tag}`, id: tag, tag };
+}
+
+/** A PUT whose body of `size` bytes trickles in one byte every `everyMs`; recorded like any write. */
+function slowUpload(
+  run: Run,
+  data: string,
+  token: string,
+  writer: string,
+  requestId: string,
+  size: number,
+  everyMs: number,
+): Promise<WriteResult> {
+  const url = new URL(`${data}/docs/orders/${run.id}`);
+  return new Promise<WriteResult>((resolve) => {
+    const finish = (result: WriteResult) => {
+      run.history.recordOperation({
+        lock: run.lock,
+        token,
+        writer,
+        requestId,
+        status: result.status,
+        acknowledged: typeof result.status === 'number' && result.status >= 200 && result.status < 300,
+      });
+      resolve(result);
+    };
+    const req = httpRequest(url, {
+      method: 'PUT',
+      headers: {
+        'content-length': String(size),
+        'content-type': 'text/plain',
+        'fencing-token': token,
+        'x-request-id': requestId,
+        'x-client-id': writer,
+      },
+    });
+    let sent = 0;
+    const timer = setInterval(() => {
+      req.write('x');
+      if (++sent === size) {
+        clearInterval(timer);
+        req.end();
+      }
+    }, everyMs);
+    req.on('response', (res) => {
+      let text = '';
+      res.on('data', (d: Buffer) => (text += d.toString()));
+      res.on('end', () => finish({ status: res.statusCode ?? 0, problem: null, body: text, headers: null }));
+    });
+    req.on('error', (err) => {
+      clearInterval(timer);
+      finish({ status: 'error', problem: null, body: String(err), headers: null });
+    });
+  });
+}
+
+/** T2's owner: retries its write (a new request id each time) on 503 until it is forwarded. */
+async function writeUntilForwarded(
+  run: Run,
+  data: string,
+  token: string,
+  writer: string,
+  timeoutMs = 40_000,
+): Promise<{ result: WriteResult; requestId: string; attempts: number }> {
+  const end = Date.now() + timeoutMs;
+  for (let attempts = 1; ; attempts++) {
+    const requestId = opId(writer);
+    const result = await run.history.write({
+      data,
+      path: `/docs/orders/${run.id}`,
+      lock: run.lock,
+      token,
+      writer,
+      requestId,
+    });
+    if (result.status !== 503 || Date.now() > end) return { result, requestId, attempts };
+    await sleep(200);
+  }
+}
+
+async function expectClean(up: GatedUpstream, run: Run): Promise<void> {
+  const { result } = await checkRun(up.url, run.history, { only: (w) => w.lock === run.lock });
+  expect(result.ok, formatViolation(result)).toBe(true);
+}
+
+describe.each(['redis', 'postgres'] as const)(
+  'the drain barrier holds while a write is in flight (%s, two gateways)',
+  (kind) => {
+    let store: FaultStore | null = null;
+    let upstream: GatedUpstream | null = null;
+    let gw1: FencegateProcess | null = null;
+    let gw2: FencegateProcess | null = null;
+    let policyDir = '';
+
+    beforeAll(async () => {
+      upstream = await startGatedUpstream();
+      store = await openFaultStore(kind);
+      const policy = await policyFor(upstream.url);
+      policyDir = policy.dir;
+      const args = [...store.args, '--policies', policy.file, ...SESSION_TTL];
+      gw1 = await startFencegate(args);
+      gw2 = await startFencegate(args);
+    }, 120_000);
+
+    afterAll(async () => {
+      await gw1?.kill();
+      await gw2?.kill();
+      await upstream?.close();
+      await store?.cleanup();
+      if (policyDir) await rm(policyDir, { recursive: true, force: true });
+    }, 60_000);
+
+    /** Owner A takes the lock for 300 ms; returns its token and, after expiry, B's. */
+    async function owners(run: Run, control: string, takeOverAt = control) {
+      const la = await run.history.acquire(control, run.lock, `a-${run.tag}`, { ttlMs: 300, waitMs: 10_000 });
+      expect(la).not.toBeNull();
+      return {
+        a: la?.fencingToken as string,
+        takeOver: async () => {
+          const lb = await run.history.acquire(takeOverAt, run.lock, `b-${run.tag}`, {
+            ttlMs: 60_000,
+            waitMs: 10_000,
+          });
+          expect(lb).not.toBeNull();
+          return lb?.fencingToken as string;
+        },
+      };
+    }
+
+    it('a slow upload keeps its place: T2 waits until T1, still streaming past the old entry life, is applied', async () => {
+      const [g1, g2, up] = [gw1 as FencegateProcess, gw2 as FencegateProcess, upstream as GatedUpstream];
+      const run = newRun();
+      const o = await owners(run, g1.control);
+      const req1 = opId(`a-${run.tag}`);
+      const t1 = slowUpload(run, g1.data, o.a, `a-${run.tag}`, req1, 16, 500); // ~8 s
+      await until('T1 headers at the upstream', () => up.indexOf('received', req1) >= 0);
+      const b = await o.takeOver();
+      const t2 = await writeUntilForwarded(run, g2.data, b, `b-${run.tag}`);
+      expect((await t1).status).toBe(201);
+      expect(t2.result.status).toBe(200);
+      expect(t2.attempts).toBeGreaterThan(1); // it was held back, then let through
+      expect(up.indexOf('applied', req1)).toBeLessThan(up.indexOf('received', t2.requestId));
+      await expectClean(up, run);
+    }, 90_000);
+
+    it('a write queued behind a full upstream pool keeps its place: T2 is not forwarded before T1', async () => {
+      const [g1, g2, up] = [gw1 as FencegateProcess, gw2 as FencegateProcess, upstream as GatedUpstream];
+      const run = newRun();
+      const base = up.received('filler');
+      const fillers = Array.from({ length: 256 }, (_, i) =>
+        fetch(`${g1.data}/filler/orders/f${i}-${run.tag}?delayMs=2500`, {
+          method: 'PUT',
+          body: '{}',
+          signal: AbortSignal.timeout(60_000),
+        }).then(
+          (r) => r.status,
+          () => 0,
+        ),
+      );
+      await until("gateway 1's 128 upstream connections busy", () => up.received('filler') - base >= 128);
+      const o = await owners(run, g1.control);
+      const req1 = opId(`a-${run.tag}`);
+      const t1 = run.history.write({
+        data: g1.data,
+        path: `/docs/orders/${run.id}?delayMs=2000`,
+        lock: run.lock,
+        token: o.a,
+        writer: `a-${run.tag}`,
+        requestId: req1,
+      });
+      const b = await o.takeOver();
+      const t2 = writeUntilForwarded(run, g2.data, b, `b-${run.tag}`);
+      await sleep(1500);
+      expect(up.indexOf('received', req1), 'T1 still queued behind the fillers').toBe(-1);
+      expect((await t1).status).toBe(201);
+      const second = await t2;
+      expect(second.result.status).toBe(200);
+      expect(up.indexOf('applied', req1)).toBeLessThan(up.indexOf('received', second.requestId));
+      expect(await Promise.all(fillers)).not.toContain(0);
+      await expectClean(up, run);
+    }, 120_000);
+
+    it('a paused gateway forwards nothing after its session could be ended: T1 is refused on SIGCONT, T2 goes', async () => {
+      const [g1, g2, up] = [gw1 as FencegateProcess, gw2 as FencegateProcess, upstream as GatedUpstream];
+      const run = newRun();
+      const gate0 = `t0-${run.tag}`;
+      // T0: the first owner's write, held at the upstream.
+      const l0 = await run.history.acquire(g1.control, run.lock, `z-${run.tag}`, { ttlMs: 300 });
+      const req0 = opId(`z-${run.tag}`);
+      const t0 = run.history.write({
+        data: g1.data,
+        path: `/docs/orders/${run.id}?hold=${gate0}`,
+        lock: run.lock,
+        token: l0?.fencingToken as string,
+        writer: `z-${run.tag}`,
+        requestId: req0,
+      });
+      await until('T0 at the upstream', () => up.indexOf('received', req0) >= 0);
+      // T1: the next owner, through the same gateway: admitted, waits at the barrier behind T0.
+      const o = await owners(run, g1.control, g2.control);
+      const req1 = opId(`a-${run.tag}`);
+      const t1 = run.history.write({
+        data: g1.data,
+        path: `/docs/orders/${run.id}`,
+        lock: run.lock,
+        token: o.a,
+        writer: `a-${run.tag}`,
+        requestId: req1,
+        timeoutMs: 60_000,
+      });
+      await sleep(300);
+      g1.proc.kill('SIGSTOP');
+      let b = '';
+      try {
+        up.open(gate0); // T0 is applied; gateway 1 cannot see the answer
+        await until('T0 applied', () => up.indexOf('applied', req0) >= 0);
+        b = await o.takeOver();
+        const t2 = await writeUntilForwarded(run, g2.data, b, `b-${run.tag}`);
+        expect(t2.result.status).toBe(200);
+        g1.proc.kill('SIGCONT');
+        const first = await t1;
+        expect(first.status).toBe(503); // its session lapsed while paused: never forwarded
+        expect(up.indexOf('received', req1)).toBe(-1);
+        await t0;
+        await sleep(500);
+        expect(up.indexOf('received', req1)).toBe(-1);
+        expect(up.indexOf('applied', req0)).toBeLessThan(up.indexOf('received', t2.requestId));
+      } finally {
+        g1.proc.kill('SIGCONT');
+      }
+      // Gateway 1 recovers with a new session and forwards the current owner's writes again.
+      const after = await writeUntilForwarded(run, g1.data, b, `b-${run.tag}`);
+      expect(after.result.status).toBe(200);
+      await expectClean(up, run);
+    }, 120_000);
+  },
+);
+
+/**
+ * 4. The store's clock steps forward an hour while T1 is at the upstream. Nothing about the
+ * barrier reads that clock any more; the gateways report the jump (metric, log).
+ */
+describe.each(['postgres', 'embedded'] as const)(
+  'a store clock step forward does not release the barrier (%s)',
+  (kind) => {
+    let clock: FakeClock | null = null;
+    let upstream: GatedUpstream | null = null;
+    let gateways: FencegateProcess[] = [];
+    const cleanups: (() => Promise<unknown>)[] = [];
+
+    beforeAll(async () => {
+      clock = await fakeClock('+0');
+      upstream = await startGatedUpstream();
+      const policy = await policyFor(upstream.url);
+      cleanups.push(() => rm(policy.dir, { recursive: true, force: true }));
+      const base = ['--policies', policy.file, ...SESSION_TTL];
+      if (kind === 'postgres') {
+        const cluster = await startCluster(clock.env);
+        cleanups.push(() => cluster.destroy());
+        const args = [...base, '--store', cluster.url];
+        gateways = [await startFencegate(args), await startFencegate(args)];
+      } else {
+        // One process owns an embedded store: its clock is the gateway's own host clock.
+        const dir = await tempDir('fg-step-');
+        cleanups.push(() => rm(dir, { recursive: true, force: true }));
+        gateways = [await startFencegate([...base, '--store', dir], clock.env)];
+      }
+    }, 180_000);
+
+    afterAll(async () => {
+      for (const g of gateways) await g.kill();
+      await upstream?.close();
+      for (const c of cleanups.reverse()) await c().catch(() => undefined);
+      await clock?.close();
+    }, 60_000);
+
+    it('T2 waits for T1 although every store-clock deadline has passed; T2 then succeeds', async () => {
+      const up = upstream as GatedUpstream;
+      const fake = clock as FakeClock;
+      const g1 = gateways[0] as FencegateProcess;
+      const g2 = gateways[1] ?? g1;
+      const run = newRun();
+      const la = await run.history.acquire(g1.control, run.lock, `a-${run.tag}`, { ttlMs: 300 });
+      const req1 = opId(`a-${run.tag}`);
+      const t1 = slowUpload(run, g1.data, la?.fencingToken as string, `a-${run.tag}`, req1, 12, 500); // ~6 s
+      await until('T1 at the upstream', () => up.indexOf('received', req1) >= 0);
+      await sleep(400); // A's lease is over
+      await fake.set('+1h'); // every store-clock deadline computed so far has now passed
+      const lb = await run.history.acquire(g2.control, run.lock, `b-${run.tag}`, {
+        ttlMs: 60_000,
+        waitMs: 10_000,
+      });
+      expect(lb).not.toBeNull();
+      const t2 = await writeUntilForwarded(run, g2.data, lb?.fencingToken as string, `b-${run.tag}`);
+      expect((await t1).status).toBe(201);
+      expect(t2.result.status).toBe(200);
+      expect(t2.attempts).toBeGreaterThan(1);
+      expect(up.indexOf('applied', req1)).toBeLessThan(up.indexOf('received', t2.requestId));
+      await fake.set('+0');
+      await expectClean(up, run);
+    }, 120_000);
+  },
+);
