@@ -277,7 +277,7 @@ describe.each(['redis', 'postgres'] as const)(
       });
       await sleep(300);
       g1.proc.kill('SIGSTOP');
-      let b = '';
+      let b: string;
       try {
         up.open(gate0); // T0 is applied; gateway 1 cannot see the answer
         await until('T0 applied', () => up.indexOf('applied', req0) >= 0);
