@@ -42,6 +42,7 @@ export interface FencegateCommands {
     ttlMs: string,
     waiterId: string,
     reqTtlMs: string,
+    channel: string,
   ): Promise<unknown>;
   fg_renew_v1(lease: string, leaseId: string, ttlMs: string): Promise<unknown>;
   fg_release_v1(lease: string, leaseId: string, channel: string): Promise<unknown>;

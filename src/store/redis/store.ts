@@ -127,6 +127,7 @@ class RedisStore implements Store {
         ttl,
         req.waiterId ?? '',
         reqTtl,
+        k.channel,
       );
       return parseAcquire(reply, req.key);
     });
