@@ -7,7 +7,7 @@
  *   });
  */
 import { randomUUID } from 'node:crypto';
-import { FencegateError, LockHeldError } from './errors.js';
+import { FencegateError, LeaseLostError, LockHeldError } from './errors.js';
 import { call, problemMessage, type FetchLike } from './http.js';
 import { Lock, type LeaseInfo } from './lock.js';
 
@@ -65,14 +65,23 @@ export class FencegateClient {
     return `${this.base}/v1/locks/${encodeURIComponent(key)}${op ? `/${op}` : ''}`;
   }
 
-  /** Acquires the lock (waiting up to waitMs). Throws LockHeldError if it stays held. */
+  /**
+   * Acquires the lock (waiting up to waitMs). Throws LockHeldError if it stays held, and
+   * LeaseLostError if the lease granted for this request could already have expired
+   * when the answer arrived (a late response, a stalled process, or a retry whose first
+   * grant ended meanwhile): a lock past its deadline is never handed back as live.
+   *
+   * The deadline is measured from when the FIRST attempt was sent (retries reuse the
+   * requestId and keep that time), plus the time the issuer says it held the request
+   * before granting it (`waitedMs`, for a fresh grant only), plus ttlMs.
+   */
   async acquire(key: string, options: AcquireOptions): Promise<Lock> {
     const ttlMs = options.ttlMs ?? 10_000;
     const waitMs = options.waitMs ?? 0;
     const requestId = options.requestId ?? randomUUID();
+    const firstSentAt = performance.now();
     let lastError: unknown;
     for (let attempt = 0; attempt < this.attempts; attempt++) {
-      const sentAt = performance.now();
       try {
         const r = await call<LeaseInfo>(this.fetchImpl, this.lockUrl(key, 'acquire'), {
           method: 'POST',
@@ -80,15 +89,10 @@ export class FencegateClient {
           timeoutMs: waitMs + this.timeoutMs,
           signal: options.signal,
         });
-        if (r.ok) {
-          return new Lock(this.base, this.fetchImpl, r.body, sentAt, {
-            autoRenew: options.autoRenew ?? true,
-            renewEveryMs: options.renewEveryMs,
-            safetyMarginMs: options.safetyMarginMs,
-            requestTimeoutMs: this.timeoutMs,
-          });
-        }
+        if (r.ok) return await this.handOver(r.body, firstSentAt, options);
         const msg = problemMessage(r.status, r.problem);
+        if (r.problem?.type === 'urn:fencegate:replay-ended')
+          throw new LeaseLostError(msg, r.status, r.problem);
         if (r.status === 409) throw new LockHeldError(msg, r.status, r.problem);
         if (r.status < 500) throw new FencegateError(msg, r.status, r.problem);
         lastError = new FencegateError(msg, r.status, r.problem);
@@ -100,6 +104,24 @@ export class FencegateClient {
       await new Promise((r) => setTimeout(r, 50 * 2 ** attempt));
     }
     throw lastError;
+  }
+
+  /** The Lock for a grant, unless its deadline passed already (then released and lost). */
+  private async handOver(lease: LeaseInfo, firstSentAt: number, options: AcquireOptions): Promise<Lock> {
+    const waited =
+      lease.replayed !== true && typeof lease.waitedMs === 'number' && lease.waitedMs > 0
+        ? lease.waitedMs
+        : 0;
+    const lock = new Lock(this.base, this.fetchImpl, lease, firstSentAt + waited, {
+      autoRenew: options.autoRenew ?? true,
+      renewEveryMs: options.renewEveryMs,
+      safetyMarginMs: options.safetyMarginMs,
+      requestTimeoutMs: this.timeoutMs,
+    });
+    if (!lock.lost) return lock;
+    const reason = lock.signal.reason as LeaseLostError;
+    await lock.release().catch(() => false); // free it for the next owner if it is still live
+    throw reason;
   }
 
   /** Runs fn while holding the lock; fn gets the Lock (use lock.signal / lock.fetch). Always releases. */

@@ -3,9 +3,15 @@
  * AbortSignal that fires when the lease is lost or can no longer be proven live.
  *
  * Fail closed: the client cannot see the store's clock, so it keeps a local,
- * conservative deadline (the time the grant or last successful renewal was *sent*
- * + ttlMs), on the monotonic clock (performance.now), so wall-clock jumps don't move it. If no renewal succeeds before that deadline minus a safety margin,
- * the signal fires even though the server might still consider the lease live.
+ * conservative deadline (the time the first acquire attempt or the last successful
+ * renewal was *sent*, plus ttlMs), on the monotonic clock (performance.now), so
+ * wall-clock jumps don't move it. If no renewal succeeds before that deadline minus a
+ * safety margin, the lock is lost even though the server might still consider the
+ * lease live.
+ *
+ * The deadline is judged on every use, not only by a timer: `lost`, `throwIfLost()`,
+ * `remainingMs` and `fetch` read the clock themselves, so a stalled event loop (a long
+ * GC, a busy loop) cannot make a lapsed lease look live to the code that resumes.
  */
 import { LeaseLostError } from './errors.js';
 import { call, problemMessage, type FetchLike } from './http.js';
@@ -17,6 +23,10 @@ export interface LeaseInfo {
   token: string;
   expiresAt: string;
   ttlMs: number;
+  /** Acquire only: true for the replay of an earlier grant. */
+  replayed?: boolean;
+  /** Acquire only: how long the issuer held the request before the granting store call. */
+  waitedMs?: number;
 }
 
 export interface LockOptions {
@@ -56,6 +66,13 @@ export class Lock {
     this.ttlMs = lease.ttlMs;
     this.signal = this.controller.signal;
     this.localDeadline = sentAt + lease.ttlMs;
+    if (this.pastDeadline()) {
+      // Already lapsed when it reached us (a late response, a stall): never live.
+      this.controller.abort(
+        new LeaseLostError('the lease could have expired before the grant arrived', 0, null),
+      );
+      return;
+    }
     this.armDeadline();
     if (options.autoRenew) this.scheduleRenew();
   }
@@ -65,13 +82,22 @@ export class Lock {
     return this.token.toString(10);
   }
 
-  /** Milliseconds until the local (conservative) deadline. */
+  /** Milliseconds until the lock counts as lost: the local deadline minus the safety margin. */
   get remainingMs(): number {
-    return Math.max(0, this.localDeadline - performance.now());
+    if (this.lost) return 0;
+    return Math.max(0, this.localDeadline - this.margin() - performance.now());
   }
 
+  /** True once the lease is lost, released, or past the local deadline minus the margin. */
   get lost(): boolean {
+    if (!this.signal.aborted && this.pastDeadline()) {
+      this.lose(new LeaseLostError('lease could not be renewed before it expires', 0, null));
+    }
     return this.signal.aborted;
+  }
+
+  private pastDeadline(): boolean {
+    return performance.now() >= this.localDeadline - this.margin();
   }
 
   private url(op: string): string {
@@ -112,7 +138,7 @@ export class Lock {
 
   /** Extends the lease by ttlMs. Throws LeaseLostError (and fires the signal) if it is gone. */
   async renew(ttlMs = this.ttlMs): Promise<void> {
-    if (this.lost) throw this.signal.reason;
+    if (this.lost) throw this.signal.reason; // a lapsed lease is never renewed back to life
     const sentAt = performance.now();
     const r = await call<LeaseInfo>(this.fetchImpl, this.url('renew'), {
       method: 'POST',
@@ -146,7 +172,7 @@ export class Lock {
       });
       return r.ok;
     } finally {
-      if (!this.lost) this.controller.abort(new LeaseLostError('lock released', 0, null));
+      if (!this.signal.aborted) this.controller.abort(new LeaseLostError('lock released', 0, null));
     }
   }
 
@@ -155,20 +181,51 @@ export class Lock {
    * Use it for writes to routes fenced by this lock.
    */
   fetch(input: string | URL, init: RequestInit = {}): Promise<Response> {
+    // Judged now, not by the timer: after a stall the timer has not run yet.
+    if (this.lost) return Promise.reject(this.signal.reason as Error);
     const headers = new Headers(init.headers);
     headers.set('fencing-token', this.fencingToken);
     const signal = init.signal ? AbortSignal.any([init.signal, this.signal]) : this.signal;
-    return this.fetchImpl(input, { ...init, headers, signal });
+    const body = this.guardBody(init.body);
+    return this.fetchImpl(input, { ...init, headers, signal, ...(body === undefined ? {} : { body }) });
   }
 
-  /** Throws if the lease is lost: call between steps of long work. */
+  /**
+   * A streamed body is passed on chunk by chunk, each only while the lease is still live
+   * by the clock; once it is not, the stream errors and the request is aborted.
+   * (A string or buffer body leaves in one piece, after the check in fetch.)
+   */
+  private guardBody(body: RequestInit['body']): ReadableStream<Uint8Array> | undefined {
+    if (!(body instanceof ReadableStream)) return undefined;
+    const reader = (body as ReadableStream<Uint8Array>).getReader();
+    return new ReadableStream<Uint8Array>({
+      pull: async (controller) => {
+        if (this.lost) {
+          controller.error(this.signal.reason);
+          await reader.cancel(this.signal.reason).catch(() => undefined);
+          return;
+        }
+        const { done, value } = await reader.read();
+        if (this.lost) {
+          controller.error(this.signal.reason);
+          await reader.cancel(this.signal.reason).catch(() => undefined);
+          return;
+        }
+        if (done) controller.close();
+        else controller.enqueue(value);
+      },
+      cancel: (reason) => reader.cancel(reason),
+    });
+  }
+
+  /** Throws if the lease is lost (judged by the clock now): call between steps of long work. */
   throwIfLost(): void {
-    this.signal.throwIfAborted();
+    if (this.lost) throw this.signal.reason;
   }
 
   private lose(err: LeaseLostError): void {
     this.stopTimers();
-    if (!this.lost) this.controller.abort(err);
+    if (!this.signal.aborted) this.controller.abort(err);
   }
 
   private stopTimers(): void {

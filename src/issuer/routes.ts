@@ -1,5 +1,5 @@
 /**
- * The issuer's HTTP API (DESIGN.md, "Lock issuer API"), as a fastify plugin on the
+ * The issuer's HTTP API (docs/issuer.md), as a fastify plugin on the
  * control listener. Tokens leave as decimal strings; times as ISO-8601 (store clock).
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
@@ -58,13 +58,27 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
     reply.raw.once('close', onClose);
     try {
       const r = await issuer.acquire({ key, ...body }, abort.signal);
-      if (r.ok) return reply.code(200).send({ ...leaseJson(r.lease), replayed: r.replayed });
+      if (r.ok) {
+        return reply.code(200).send({ ...leaseJson(r.lease), replayed: r.replayed, waitedMs: r.waitedMs });
+      }
+      if (r.reason === 'replay-ended') {
+        return sendProblem(
+          reply,
+          'replay-ended',
+          `requestId "${body.requestId ?? ''}" was granted lease ${r.leaseId} (token ${r.token}), which is no longer current; nothing was granted`,
+          { lock: key, leaseId: r.leaseId, token: r.token },
+        );
+      }
       const retryAfterMs = Math.max(1, r.retryAfterMs);
+      const detail =
+        r.blockedBy === 'lease'
+          ? `lock "${key}" is held`
+          : `lock "${key}" is free, but waiters are queued ahead of this request`;
       return sendProblem(
         reply,
         'lock-held',
-        `lock "${key}" is held`,
-        { lock: key, retryAfterMs },
+        detail,
+        { lock: key, retryAfterMs, blockedBy: r.blockedBy },
         {
           'retry-after': String(Math.max(1, Math.ceil(retryAfterMs / 1000))),
         },

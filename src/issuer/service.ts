@@ -1,12 +1,13 @@
 /**
  * The lock issuer: validates requests, runs acquire (immediate or queued in the
  * store's FIFO), renew, release and inspect on a Store, and counts what happens.
- * Waiting is driven by store notifications (release, a waiter leaving) and by a
- * timer at the next moment the state can change on its own (a lease's expiry or
- * a queued waiter's deadline): never by tight polling.
+ * Waiting is driven by store notifications (release, grant, a waiter leaving) and
+ * by a timer at the next moment the state can change on its own (a lease's expiry
+ * or a queued waiter's short liveness deadline): never by tight polling.
  */
 import { randomUUID } from 'node:crypto';
 import type { Metrics } from '../observe/metrics.js';
+import type { FencingToken } from '../tokens.js';
 import type { Lease, LockState, Store } from '../store/types.js';
 
 export interface IssuerLimits {
@@ -27,9 +28,32 @@ export interface AcquireInput {
 }
 
 export type IssuerAcquireResult =
-  { ok: true; lease: Lease; replayed: boolean } | { ok: false; reason: 'held'; retryAfterMs: number };
+  | {
+      ok: true;
+      lease: Lease;
+      replayed: boolean;
+      /**
+       * Milliseconds (this process's monotonic clock) from when the request reached the
+       * issuer until the store call that granted it was sent: the grant, and so the
+       * lease's start, came no earlier. 0 for a replay (granted by an earlier request).
+       */
+      waitedMs: number;
+    }
+  | { ok: false; reason: 'held'; blockedBy: 'lease' | 'queue'; retryAfterMs: number }
+  | { ok: false; reason: 'replay-ended'; leaseId: string; token: FencingToken };
+
+/**
+ * A queued waiter's entry in the store counts for this long unless its issuer renews it
+ * (every WAITER_BEAT_MS while it waits): a waiter whose issuer died (kill -9, a lost
+ * host) stops blocking the queue within this time, not at the end of its whole waitMs.
+ */
+export const WAITER_LIVENESS_MS = 3000;
+export const WAITER_BEAT_MS = 1000;
+/** Hold-time bookkeeping (for the hold-seconds metric) remembers at most this many grants. */
+export const MAX_TRACKED_GRANTS = 10_000;
 
 export class Issuer {
+  /** leaseId -> grant time (ms), in insertion order: the oldest entry is always first. */
   private readonly grantedAt = new Map<string, number>();
   private readonly closing = new AbortController();
   /** Fires when the issuer shuts down: waiting acquires stop waiting and answer. */
@@ -42,36 +66,60 @@ export class Issuer {
   ) {}
 
   async acquire(input: AcquireInput, signal?: AbortSignal): Promise<IssuerAcquireResult> {
-    const started = process.hrtime.bigint();
+    const started = performance.now();
     const stop = signal ? AbortSignal.any([signal, this.closed]) : this.closed;
-    const result = await this.acquireInner(input, stop);
-    const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+    const result = await this.acquireInner(input, started, stop);
+    const seconds = (performance.now() - started) / 1000;
     this.metrics.acquireSeconds.observe({ outcome: result.ok ? 'granted' : 'held' }, seconds);
     if (result.ok && !result.replayed) {
       this.metrics.tokensIssued.inc();
-      this.grantedAt.set(result.lease.leaseId, Date.now());
+      this.trackGrant(result.lease.leaseId);
     }
     return result;
   }
 
-  private async acquireInner(input: AcquireInput, signal?: AbortSignal): Promise<IssuerAcquireResult> {
+  private async acquireInner(
+    input: AcquireInput,
+    started: number,
+    signal?: AbortSignal,
+  ): Promise<IssuerAcquireResult> {
     const base = { key: input.key, owner: input.owner, ttlMs: input.ttlMs, requestId: input.requestId };
+    const sent = performance.now();
     const first = await this.store.tryAcquire(base);
-    if (first.ok) return this.granted(first);
+    if (first.ok) return this.granted(first, sent - started);
+    if (first.reason === 'replay-ended') return first;
     this.metrics.lockContention.inc();
     if (input.waitMs <= 0) return first;
-    return this.waitInQueue(input, signal);
+    return this.waitInQueue(input, started, signal);
   }
 
-  private granted(r: { lease: Lease; replayed: boolean; tookOverExpired: boolean }): IssuerAcquireResult {
+  private granted(
+    r: { lease: Lease; replayed: boolean; tookOverExpired: boolean },
+    waitedMs: number,
+  ): IssuerAcquireResult {
     if (r.tookOverExpired) this.metrics.leasesExpired.inc();
-    return { ok: true, lease: r.lease, replayed: r.replayed };
+    return {
+      ok: true,
+      lease: r.lease,
+      replayed: r.replayed,
+      waitedMs: r.replayed ? 0 : Math.floor(waitedMs),
+    };
   }
 
-  /** Joins the key's FIFO queue and tries again whenever the state may have changed. */
-  private async waitInQueue(input: AcquireInput, signal?: AbortSignal): Promise<IssuerAcquireResult> {
+  /**
+   * Joins the key's FIFO queue and tries again whenever the state may have changed: a
+   * store notification (release, grant, a waiter leaving) or a timer at the next moment
+   * it can change on its own. The queue entry carries a short deadline
+   * (WAITER_LIVENESS_MS), renewed from this loop, so renewals and attempts never race
+   * (a renewal can never re-add an entry a grant just removed).
+   */
+  private async waitInQueue(
+    input: AcquireInput,
+    started: number,
+    signal?: AbortSignal,
+  ): Promise<IssuerAcquireResult> {
     const waiterId = randomUUID();
-    const deadline = Date.now() + input.waitMs;
+    const deadline = started + input.waitMs;
     let wake: (() => void) | null = null;
     let dirty: boolean;
     const unwatch = await this.store.watch(input.key, () => {
@@ -80,11 +128,18 @@ export class Issuer {
     });
     this.metrics.lockWaiters.inc();
     let enqueued = false;
+    let nextBeat = 0;
     try {
-      await this.store.enqueueWaiter(input.key, waiterId, input.waitMs);
-      enqueued = true;
       for (;;) {
         dirty = false;
+        const now = performance.now();
+        if (now >= nextBeat) {
+          const entryMs = Math.max(1, Math.min(deadline - now, WAITER_LIVENESS_MS));
+          await this.store.enqueueWaiter(input.key, waiterId, entryMs);
+          enqueued = true;
+          nextBeat = now + WAITER_BEAT_MS;
+        }
+        const sent = performance.now();
         const r = await this.store.tryAcquire({
           key: input.key,
           owner: input.owner,
@@ -94,16 +149,18 @@ export class Issuer {
         });
         if (r.ok) {
           enqueued = false; // the grant removed our queue entry atomically
-          return this.granted(r);
+          return this.granted(r, sent - started);
         }
-        const remaining = deadline - Date.now();
+        if (r.reason === 'replay-ended') return r;
+        const remaining = deadline - performance.now();
         if (remaining <= 0 || signal?.aborted) {
           this.metrics.acquireTimeouts.inc();
-          return { ok: false, reason: 'held', retryAfterMs: r.retryAfterMs };
+          return r;
         }
         if (dirty) continue; // a notification arrived while we were asking
+        const untilBeat = Math.max(1, nextBeat - performance.now());
         await new Promise<void>((resolve) => {
-          const timer = setTimeout(done, Math.max(1, Math.min(remaining, r.retryAfterMs)));
+          const timer = setTimeout(done, Math.max(1, Math.min(remaining, r.retryAfterMs, untilBeat)));
           const onAbort = () => done();
           signal?.addEventListener('abort', onAbort, { once: true });
           function done() {
@@ -139,7 +196,6 @@ export class Issuer {
         this.metrics.holdSeconds.observe((Date.now() - at) / 1000);
       }
     }
-    this.pruneGrantTimes();
     return r;
   }
 
@@ -152,10 +208,23 @@ export class Issuer {
     return this.store.inspect(key);
   }
 
-  /** Hold times are best effort: forget grants older than the longest possible lease. */
-  private pruneGrantTimes(): void {
-    if (this.grantedAt.size < 10_000) return;
-    const cutoff = Date.now() - this.limits.maxTtlMs;
-    for (const [id, at] of this.grantedAt) if (at < cutoff) this.grantedAt.delete(id);
+  /** Grants tracked for hold times (best effort, bounded): for tests and the metrics page. */
+  get trackedGrants(): number {
+    return this.grantedAt.size;
+  }
+
+  /**
+   * Hold times are best effort and bounded: at most MAX_TRACKED_GRANTS entries, none older
+   * than the longest possible lease. Entries are in insertion order, so the oldest are
+   * dropped from the front: O(1) amortised per grant, never a scan of the whole map.
+   */
+  private trackGrant(leaseId: string): void {
+    const now = Date.now();
+    this.grantedAt.set(leaseId, now);
+    const cutoff = now - this.limits.maxTtlMs;
+    for (const [id, at] of this.grantedAt) {
+      if (this.grantedAt.size <= MAX_TRACKED_GRANTS && at >= cutoff) break;
+      this.grantedAt.delete(id);
+    }
   }
 }

@@ -26,8 +26,9 @@ export interface AcquireRequest {
   ttlMs: number;
   /**
    * Idempotency id. A retry with the same (key, requestId, owner) returns the lease
-   * first granted for it (with `replayed: true`) and never grants twice. Records are
-   * kept for at least max(ttlMs, 10 min).
+   * first granted for it (with `replayed: true`) while that lease is still the current,
+   * live lease; once it ended, the retry is answered `replay-ended`. It never grants
+   * twice. Records are kept for at least max(ttlMs, 10 min).
    */
   requestId?: string;
   /**
@@ -52,11 +53,27 @@ export type AcquireResult =
       ok: false;
       reason: 'held';
       /**
+       * What blocks this attempt: 'lease' while a live lease holds the lock; 'queue'
+       * when the lock is free but live waiters are queued ahead of this attempt.
+       */
+      blockedBy: 'lease' | 'queue';
+      /**
        * Earliest time (ms from now) at which the state may change without a
        * notification: the current lease's expiry, or the deadline of a queued waiter
-       * ahead of us. Always ≥ 1.
+       * ahead of us (waiters of a live issuer carry short, renewed deadlines). Always ≥ 1.
        */
       retryAfterMs: number;
+    }
+  | {
+      ok: false;
+      /**
+       * The requestId was granted a lease before, and that lease is no longer current
+       * (it expired, was released, or another lease replaced it). Nothing was granted:
+       * a replay never hands out a dead lease as if it were live.
+       */
+      reason: 'replay-ended';
+      leaseId: string;
+      token: FencingToken;
     };
 
 export type RenewResult = { ok: true; lease: Lease } | { ok: false; reason: 'lease-lost' };
@@ -163,7 +180,11 @@ export interface Store {
   release(key: string, leaseId: string): Promise<ReleaseResult>;
   /** null when no token was ever issued for the key (in the current epoch). */
   inspect(key: string): Promise<LockState | null>;
-  /** Appends a waiter to the key's FIFO queue; it stops counting at now + waitMs (store clock). */
+  /**
+   * Appends a waiter to the key's FIFO queue; it stops counting at now + waitMs (store
+   * clock). Calling it again for a live waiter keeps its place and sets the new deadline
+   * (the issuer renews short deadlines this way while its waiter is alive).
+   */
   enqueueWaiter(key: string, waiterId: string, waitMs: number): Promise<void>;
   /** Removes a waiter (gave up or timed out) and notifies watchers. */
   removeWaiter(key: string, waiterId: string): Promise<void>;
@@ -195,8 +216,8 @@ export interface Store {
   // ---- notifications ----
   /**
    * Calls `listener` (with no arguments; possibly spuriously) whenever the key's state
-   * may have changed for waiters: a release, a waiter leaving, an in-flight write
-   * finishing. Delivered across processes (Redis pub/sub, Postgres LISTEN/NOTIFY).
+   * may have changed for waiters: a release, a grant (so the waiters behind re-read the
+   * new lease's expiry), a waiter leaving, an in-flight write finishing. Delivered across processes (Redis pub/sub, Postgres LISTEN/NOTIFY).
    * Resolves once the subscription is active; the returned function unsubscribes.
    */
   watch(key: string, listener: () => void): Promise<() => void>;

@@ -44,8 +44,12 @@ export class MemoryStore implements Store {
     const now = this.clock();
     if (req.requestId !== undefined) {
       const prior = s.grants.get(req.requestId);
-      if (prior && prior.owner === req.owner)
-        return { ok: true, lease: { ...prior.lease }, replayed: true, tookOverExpired: false };
+      if (prior && prior.owner === req.owner) {
+        const cur = s.lease;
+        if (cur !== null && cur.leaseId === prior.lease.leaseId && cur.expiresAt > now)
+          return { ok: true, lease: { ...cur }, replayed: true, tookOverExpired: false };
+        return { ok: false, reason: 'replay-ended', leaseId: prior.lease.leaseId, token: prior.lease.token };
+      }
     }
     s.waiters = s.waiters.filter((w) => w.deadline > now);
     const live = s.lease !== null && s.lease.expiresAt > now;
@@ -53,7 +57,12 @@ export class MemoryStore implements Store {
     const queueBlocks = head !== undefined && head.id !== req.waiterId;
     if (live || queueBlocks) {
       const until = live && s.lease ? s.lease.expiresAt - now : (head?.deadline ?? now + 1) - now;
-      return { ok: false, reason: 'held', retryAfterMs: Math.max(1, until) };
+      return {
+        ok: false,
+        reason: 'held',
+        blockedBy: live ? 'lease' : 'queue',
+        retryAfterMs: Math.max(1, until),
+      };
     }
     const tookOverExpired = s.lease !== null;
     s.issued = (s.issued > this.floor ? s.issued : this.floor) + 1n;

@@ -25,9 +25,10 @@ if (lastRequestId) {
   say({
     event: 'replay',
     ok: r.ok,
+    reason: r.ok ? null : r.reason,
     replayed: r.ok && r.replayed,
-    token: r.ok ? r.lease.token : null,
-    leaseId: r.ok ? r.lease.leaseId : null,
+    token: r.ok ? r.lease.token : r.reason === 'replay-ended' ? r.token : null,
+    leaseId: r.ok ? r.lease.leaseId : r.reason === 'replay-ended' ? r.leaseId : null,
   });
 }
 // A lease left by the killed incarnation: release it so the loop can go on.

@@ -45,8 +45,8 @@ describe('acquire', () => {
   it('answers held with retryAfterMs bounded by the lease', async () => {
     await grant('k', 'a', 800);
     const r = await store.tryAcquire({ key: 'k', owner: 'b', ttlMs: 1000 });
-    expect(r.ok).toBe(false);
-    if (r.ok) return;
+    expect(r).toMatchObject({ ok: false, reason: 'held', blockedBy: 'lease' });
+    if (r.ok || r.reason !== 'held') return;
     expect(r.retryAfterMs).toBeGreaterThanOrEqual(1);
     expect(r.retryAfterMs).toBeLessThanOrEqual(800);
   });
@@ -56,7 +56,7 @@ describe('acquire', () => {
     await store.enqueueWaiter('k', 'w1', 300);
     const r = await store.tryAcquire({ key: 'k', owner: 'b', ttlMs: 1000 });
     expect(r).toMatchObject({ ok: false, reason: 'held' });
-    if (r.ok) return;
+    if (r.ok || r.reason !== 'held') return;
     expect(r.retryAfterMs).toBeLessThanOrEqual(300);
   });
 

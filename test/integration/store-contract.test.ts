@@ -197,11 +197,58 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
     expect((await h.store.inspect(key))?.issued).toBe(first.lease.token);
     // Another owner reusing the id gets no grant out of it.
     expect((await h.store.tryAcquire({ key, owner: 'mallory', ttlMs: 10_000, requestId })).ok).toBe(false);
-    // After release, the replay still returns the old lease rather than granting anew.
+    // After release, the replay says the lease ended: no new grant, and the dead lease
+    // is not handed out as live.
     await h.store.release(key, first.lease.leaseId);
     const late = await h.store.tryAcquire({ key, owner: 'alice', ttlMs: 10_000, requestId });
-    expect(late).toMatchObject({ ok: true, replayed: true });
+    expect(late).toEqual({
+      ok: false,
+      reason: 'replay-ended',
+      leaseId: first.lease.leaseId,
+      token: first.lease.token,
+    });
     expect((await h.store.inspect(key))?.issued).toBe(first.lease.token);
+  });
+
+  it('refuses the replay of a lease that expired, and after another owner’s grant', async () => {
+    const key = 'idem:2';
+    const requestId = randomUUID();
+    const first = await h.store.tryAcquire({ key, owner: 'alice', ttlMs: 150, requestId });
+    if (!first.ok) throw new Error('expected a grant');
+    await sleep(250);
+    const ended = {
+      ok: false,
+      reason: 'replay-ended',
+      leaseId: first.lease.leaseId,
+      token: first.lease.token,
+    };
+    expect(await h.store.tryAcquire({ key, owner: 'alice', ttlMs: 10_000, requestId })).toEqual(ended);
+    const bob = await grant(h.store, key, 'bob');
+    expect(bob.token).toBe(first.lease.token + 1n);
+    expect(await h.store.tryAcquire({ key, owner: 'alice', ttlMs: 10_000, requestId })).toEqual(ended);
+    expect((await h.store.inspect(key))?.issued).toBe(bob.token);
+  });
+
+  it('notifies watchers of a grant, so waiters behind re-read the new lease', async () => {
+    const key = 'watch:grant';
+    let calls = 0;
+    const off = await h.store.watch(key, () => calls++);
+    await grant(h.store, key);
+    await until(async () => calls > 0, 'a notification of the grant');
+    off();
+  });
+
+  it('answers blockedBy: queue (not a held lease) when the lock is free but a waiter is ahead', async () => {
+    const key = 'fair:3';
+    const a = await grant(h.store, key);
+    await h.store.release(key, a.leaseId);
+    await h.store.enqueueWaiter(key, randomUUID(), 2000);
+    expect(await h.store.tryAcquire({ key, owner: 'x', ttlMs: 1000 })).toMatchObject({
+      ok: false,
+      reason: 'held',
+      blockedBy: 'queue',
+    });
+    expect((await h.store.inspect(key))?.held).toBe(false);
   });
 
   it('inspect answers null for a key never issued, and reports holder and waiters', async () => {

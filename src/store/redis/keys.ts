@@ -8,7 +8,8 @@
  *   <prefix>:{<tag>}:inf       hash    requestId -> '<token> <gateway session>' (in flight)
  *   <prefix>:{<tag>}:waitq     zset    waiterId -> FIFO position
  *   <prefix>:{<tag>}:waitdl    hash    waiterId -> deadline ms
- *   <prefix>:{<tag>}:req:<h>   hash    idempotency record, h = sha256(owner, requestId)
+ *   <prefix>:{<tag>}:rq:<h>    string  idempotency record "<leaseId> <token>",
+ *                                      h = first 128 bits of sha256(owner, requestId)
  *   <prefix>:{<tag>}:ch        pub/sub channel (not a key)
  *   <prefix>:epoch             hash    id, floor               (global, not tagged)
  *   <prefix>:gateways          hash    sessionId -> '<beat> <ttlMs>' (global, not tagged)
@@ -65,8 +66,17 @@ export function lockKeys(prefix: string, key: string): LockKeys {
     waitdl: `${base}:waitdl`,
     channel: `${base}:ch`,
     req(owner: string, requestId: string): string {
-      const h = createHash('sha256').update(owner).update('\0').update(requestId).digest('base64url');
-      return `${base}:req:${h}`;
+      // 128 bits are plenty against collisions and keep the record small (it lives 10 min
+      // per grant). `rq`, not the `req` of the hash-shaped records before, so a left-over
+      // record of the old shape is never read as a string.
+      const h = createHash('sha256')
+        .update(owner)
+        .update('\0')
+        .update(requestId)
+        .digest()
+        .subarray(0, 16)
+        .toString('base64url');
+      return `${base}:rq:${h}`;
     },
   };
 }

@@ -70,9 +70,14 @@ export class ReplyReader {
 
 /** 'exhausted' when the token space of the key is used up. */
 export function parseAcquire(reply: unknown, key: string): AcquireResult | 'exhausted' {
-  const r = new ReplyReader(reply, 'fg_acquire_v1');
+  const r = new ReplyReader(reply, 'fg_acquire_v2');
   const status = r.str(0);
-  if (status === 'held') return { ok: false, reason: 'held', retryAfterMs: Math.max(1, r.int(1)) };
+  if (status === 'held') {
+    const blockedBy = r.str(2);
+    if (blockedBy !== 'lease' && blockedBy !== 'queue') throw r.bad(`blockedBy ${blockedBy}`);
+    return { ok: false, reason: 'held', blockedBy, retryAfterMs: Math.max(1, r.int(1)) };
+  }
+  if (status === 'ended') return { ok: false, reason: 'replay-ended', leaseId: r.str(1), token: r.token(2) };
   if (status === 'exhausted') return 'exhausted';
   if (status !== 'ok') throw r.bad(`status ${status}`);
   const lease: Lease = {

@@ -136,7 +136,7 @@ class RedisStore implements Store {
     const reqTtl = withReq ? String(Math.max(Number(ttl), MIN_IDEMPOTENCY_MS)) : '';
     const result = await this.run('acquire', async () => {
       const epoch = await this.currentEpoch();
-      const reply = await this.redis.fg_acquire_v1(
+      const reply = await this.redis.fg_acquire_v2(
         k.ctr,
         k.lease,
         k.waitq,
@@ -148,6 +148,7 @@ class RedisStore implements Store {
         ttl,
         req.waiterId ?? '',
         reqTtl,
+        k.channel,
       );
       return parseAcquire(reply, req.key);
     });

@@ -16,38 +16,55 @@ function wholeMs(value: number): number {
   return Number.isFinite(value) ? Math.max(0, Math.trunc(value)) : 0;
 }
 
+/**
+ * The replay of an earlier grant with the same (requestId, owner): the lease while it is
+ * still the current live lease (as renewed since), else `replay-ended`. A lease that
+ * expired, was released or was replaced is never handed out again as if it were live.
+ */
 function replayed(req: AcquireRequest, c: AcquireContextRow): AcquireResult | null {
   if (c.replay_lease_id === null || c.replay_token === null) return null;
-  if (c.replay_expires_at === null || c.replay_ttl_ms === null) return null;
-  // Still the current lease: report it as renewed since; otherwise as first granted.
-  const current = c.lease_id === c.replay_lease_id && c.expires_at !== null && c.ttl_ms !== null;
+  const expiresAt = msOrNull(c.expires_at);
+  const current = c.lease_id === c.replay_lease_id && expiresAt !== null && expiresAt > ms(c.now);
+  if (!current || expiresAt === null || c.ttl_ms === null) {
+    return { ok: false, reason: 'replay-ended', leaseId: c.replay_lease_id, token: big(c.replay_token) };
+  }
   return {
     ok: true,
     replayed: true,
-    tookOverExpired: c.replay_took_over === true,
+    tookOverExpired: false,
     lease: {
       key: req.key,
       owner: req.owner,
       leaseId: c.replay_lease_id,
       token: big(c.replay_token),
-      expiresAt: ms(current && c.expires_at !== null ? c.expires_at : c.replay_expires_at),
-      ttlMs: ms(current && c.ttl_ms !== null ? c.ttl_ms : c.replay_ttl_ms),
+      expiresAt,
+      ttlMs: ms(c.ttl_ms),
     },
   };
 }
 
-/** Why the attempt must wait, as the earliest time the state may change without a notification. */
-function heldFor(req: AcquireRequest, c: AcquireContextRow): number | null {
+/**
+ * Why the attempt must wait: what blocks it, and the earliest time the state may change
+ * without a notification (the lease's expiry, or the head waiter's deadline, which a live
+ * issuer keeps short and renews).
+ */
+function heldFor(
+  req: AcquireRequest,
+  c: AcquireContextRow,
+): { blockedBy: 'lease' | 'queue'; retryAfterMs: number } | null {
   const now = ms(c.now);
   const expiresAt = msOrNull(c.expires_at);
   const waits: number[] = [];
-  if (c.lease_id !== null && expiresAt !== null && expiresAt > now) waits.push(expiresAt - now);
+  const live = c.lease_id !== null && expiresAt !== null && expiresAt > now;
+  if (live) waits.push(expiresAt - now);
   // A live waiter ahead of us: the head of the queue, unless that is us.
-  if (c.head_waiter_id !== null && c.head_waiter_id !== req.waiterId) {
+  const queued = c.head_waiter_id !== null && c.head_waiter_id !== req.waiterId;
+  if (queued) {
     const deadline = msOrNull(c.head_deadline);
     waits.push(deadline === null ? 1 : deadline - now);
   }
-  return waits.length === 0 ? null : Math.max(1, Math.min(...waits));
+  if (waits.length === 0) return null;
+  return { blockedBy: live ? 'lease' : 'queue', retryAfterMs: Math.max(1, Math.min(...waits)) };
 }
 
 export function tryAcquire(ctx: SqlContext, req: AcquireRequest): Promise<AcquireResult> {
@@ -60,8 +77,8 @@ export function tryAcquire(ctx: SqlContext, req: AcquireRequest): Promise<Acquir
     );
     const replay = replayed(req, c);
     if (replay) return replay;
-    const retryAfterMs = heldFor(req, c);
-    if (retryAfterMs !== null) return { ok: false, reason: 'held', retryAfterMs };
+    const held = heldFor(req, c);
+    if (held !== null) return { ok: false, reason: 'held', ...held };
 
     const leaseId = randomUUID();
     const tookOverExpired = c.lease_id !== null; // a lease is there, but lapsed and never released
@@ -77,6 +94,7 @@ export function tryAcquire(ctx: SqlContext, req: AcquireRequest): Promise<Acquir
         req.waiterId ?? null,
         tookOverExpired,
         keepUntil,
+        ctx.channel,
       ]),
       'grant',
     );

@@ -60,10 +60,15 @@ SELECT n.now::text         AS now,
 
 -- name: grant
 -- Mints the next token (above the key's last token or floor, and above the epoch
--- floor), installs the lease, records the request id, removes the winning waiter
--- and prunes the key's expired waiters and idempotency records.
+-- floor), installs the lease, records the request id, removes the winning waiter,
+-- prunes the key's expired waiters and idempotency records, and deletes up to two
+-- expired idempotency records of other keys: each grant adds at most one record, so
+-- the cleanup keeps pace with any grant rate (SKIP LOCKED: it never waits on another
+-- key). Notifies the key's watchers at commit, so the waiters behind the winner
+-- re-read the new lease's expiry.
 -- $1 key, $2 lease id, $3 owner, $4 ttl ms, $5 now, $6 request id (NULL: none),
--- $7 waiter id (NULL: none), $8 took over a lapsed lease, $9 keep record until
+-- $7 waiter id (NULL: none), $8 took over a lapsed lease, $9 keep record until,
+-- $10 channel
 WITH minted AS (
   UPDATE {schema}.locks l
      SET issued     = greatest(coalesce(l.issued, l.floor), coalesce((SELECT e.floor FROM {schema}.epoch e), 0)) + 1,
@@ -85,11 +90,19 @@ WITH minted AS (
 ), pruned_grants AS (
   DELETE FROM {schema}.grants
    WHERE key = $1::text AND keep_until <= $5::bigint AND request_id IS DISTINCT FROM $6::text
+), trimmed_grants AS (
+  DELETE FROM {schema}.grants
+   WHERE (key, request_id, owner) IN (
+         SELECT key, request_id, owner FROM {schema}.grants
+          WHERE keep_until <= $5::bigint AND key <> $1::text
+          ORDER BY keep_until
+          LIMIT 2 FOR UPDATE SKIP LOCKED)
 ), dequeued AS (
   DELETE FROM {schema}.waiters
    WHERE key = $1::text AND (waiter_id = $7::text OR deadline <= $5::bigint)
 )
-SELECT token::text AS token, expires_at::text AS expires_at FROM minted;
+SELECT m.token::text AS token, m.expires_at::text AS expires_at
+  FROM minted m, (SELECT pg_notify($10::text, $1::text)) n;
 
 -- name: renew
 -- Only the current lease, and only while it is live by the store clock: a lapsed

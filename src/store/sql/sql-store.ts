@@ -25,11 +25,18 @@ import { channelFor, type SqlDriver } from './driver.js';
 import * as fences from './fences.js';
 import * as locks from './locks.js';
 import { KeyNotifier } from './notifier.js';
-import { queriesFor, type EpochRow, type HealthRow } from './queries.js';
+import { queriesFor, type EpochRow, type HealthRow, type PruneRow } from './queries.js';
 
-/** Housekeeping (expired idempotency records, waiters, in-flight entries) at most this often per process. */
-const PRUNE_EVERY_MS = 30_000;
-const PRUNE_BATCH = 500;
+/**
+ * Housekeeping (expired idempotency records, waiters, in-flight entries) starts at most
+ * this often per process, and a round repeats its batch while a batch came back full, so
+ * it clears any backlog rather than a fixed number of rows per period. (Each grant also
+ * deletes two expired idempotency records itself: see queries.sql, grant.)
+ */
+const PRUNE_EVERY_MS = 10_000;
+const PRUNE_BATCH = 1000;
+/** A round stops after this many full batches and goes on at the next round. */
+const PRUNE_MAX_BATCHES = 500;
 
 export interface SqlStoreOptions {
   namespace: string;
@@ -171,20 +178,27 @@ export class SqlStore implements Store {
     return this.closing;
   }
 
-  /** Deletes expired housekeeping rows in the background, at most every PRUNE_EVERY_MS. */
+  /**
+   * Deletes expired housekeeping rows in the background, a round at most every
+   * PRUNE_EVERY_MS; a round repeats while a batch came back full (up to
+   * PRUNE_MAX_BATCHES), so cleanup keeps up with any sustained rate.
+   */
   private housekeep(): void {
     if (this.closing || this.pruning) return;
     const t = Date.now();
     if (t - this.lastPrune < PRUNE_EVERY_MS) return;
     this.lastPrune = t;
-    this.pruning = this.ctx.driver
-      .query(this.ctx.q.prune, [PRUNE_BATCH])
-      .then(
-        () => undefined,
-        () => undefined, // best effort: the next round retries
-      )
+    this.pruning = this.pruneRound()
+      .catch(() => undefined) // best effort: the next round retries
       .finally(() => {
         this.pruning = null;
       });
+  }
+
+  private async pruneRound(): Promise<void> {
+    for (let i = 0; i < PRUNE_MAX_BATCHES && !this.closing; i++) {
+      const r = one(await this.ctx.driver.query<PruneRow>(this.ctx.q.prune, [PRUNE_BATCH]), 'prune');
+      if (Math.max(r.grants, r.waiters, r.inflight) < PRUNE_BATCH) return;
+    }
   }
 }

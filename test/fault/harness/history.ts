@@ -3,7 +3,7 @@
  * the upstream's applied writes) and runs the history checker on them.
  */
 import { expect } from 'vitest';
-import { FencegateClient, LockHeldError, type Lock } from '../../../src/client/index.js';
+import { FencegateClient, LeaseLostError, LockHeldError, type Lock } from '../../../src/client/index.js';
 import type { AppliedWrite } from '../../../src/sample/index.js';
 import {
   appliedFromSample,
@@ -60,7 +60,8 @@ export class HistoryRecorder {
 
   /**
    * Acquires through the client SDK (no auto-renew unless asked); records the grant.
-   * Returns null when the lock stayed held or the issuer could not be reached.
+   * Returns null when the lock stayed held, the grant came too late to be used, or the
+   * issuer could not be reached.
    */
   async acquire(
     control: string,
@@ -80,6 +81,9 @@ export class HistoryRecorder {
       return l;
     } catch (err) {
       if (err instanceof LockHeldError) return null;
+      // The grant arrived too late to be used (a slow store under a short TTL): the SDK did
+      // not hand it back, so no write can carry its token. Not an error of the run.
+      if (err instanceof LeaseLostError) return null;
       if (err instanceof Error && 'status' in err && (err as { status: number }).status < 500) throw err;
       return null; // issuer unreachable (e.g. killed): a grant whose answer we never saw cannot be used
     }

@@ -1,36 +1,50 @@
--- fg_acquire_v1: grants the lock when it is free and this attempt may take it (FIFO
--- queue), or replays the grant an earlier attempt with the same (requestId, owner) got.
+-- fg_acquire_v2: grants the lock when it is free and this attempt may take it (FIFO
+-- queue), or replays the grant an earlier attempt with the same (requestId, owner) got,
+-- as long as that grant is still the current, live lease. A grant publishes on the
+-- lock's channel, so the waiters behind re-read the new lease's expiry at once.
 --
 -- KEYS[1] ctr     hash    issued (token string), floor (key floor, token string)
--- KEYS[2] lease   hash    leaseId, owner, token, expiresAt (ms), ttlMs
+-- KEYS[2] lease   hash    leaseId, owner, token, expiresAt (ms), ttlMs; expires
+--                         LEASE_KEEP_MS after the lease would lapse (a dead holder's
+--                         lease does not stay forever)
 -- KEYS[3] waitq   zset    waiterId -> queue position (FIFO order)
 -- KEYS[4] waitdl  hash    waiterId -> deadline (ms)
--- KEYS[5] req     hash    idempotency record of (requestId, owner); used only when ARGV[6] ~= ''
+-- KEYS[5] req     string  idempotency record of (requestId, owner): "<leaseId> <token>";
+--                         used only when ARGV[6] ~= ''
 -- ARGV[1] globalFloor     floor of the global epoch (token string)
 -- ARGV[2] leaseId         id for a new lease (random, made by the caller)
 -- ARGV[3] owner
 -- ARGV[4] ttlMs
 -- ARGV[5] waiterId        '' when the attempt does not come from a queued waiter
 -- ARGV[6] reqTtlMs        '' without requestId; else how long the idempotency record lives
+-- ARGV[7] channel         the lock's pub/sub channel (not a key)
 --
 -- Returns (every element a string):
 --   {'ok', leaseId, owner, token, expiresAt, ttlMs, replayed '0'|'1', tookOverExpired '0'|'1'}
---   {'held', retryAfterMs}    retryAfterMs >= 1
---   {'exhausted'}             the next token would exceed 2^63-1; nothing changed
+--   {'held', retryAfterMs, blockedBy 'lease'|'queue'}    retryAfterMs >= 1
+--   {'ended', leaseId, token}  the replayed grant's lease is no longer current; nothing changed
+--   {'exhausted'}              the next token would exceed 2^63-1; nothing changed
 local ctrKey, leaseKey, qKey, dlKey, reqKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local globalFloor, leaseId, owner = ARGV[1], ARGV[2], ARGV[3]
-local ttlMs, waiterId, reqTtlMs = ARGV[4], ARGV[5], ARGV[6]
+local ttlMs, waiterId, reqTtlMs, channel = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local LEASE_KEEP_MS = 600000
 
 local now = fg_now()
 
--- 1. Idempotent replay: the lease first granted for this (requestId, owner).
+-- 1. Idempotent replay: the lease first granted for this (requestId, owner), only while
+-- it is still the current live lease (reported as renewed since). A lease that ended is
+-- never handed out again as if it were live.
 if reqTtlMs ~= '' then
-  local r = redis.call('HMGET', reqKey, 'leaseId', 'owner', 'token', 'expiresAt', 'ttlMs', 'tookOver')
-  if r[1] then
-    local expiresAt, ttl = r[4], r[5]
-    local cur = redis.call('HMGET', leaseKey, 'leaseId', 'expiresAt', 'ttlMs')
-    if cur[1] == r[1] then expiresAt, ttl = cur[2], cur[3] end -- renewed since
-    return { 'ok', r[1], r[2], r[3], expiresAt, ttl, '1', r[6] }
+  local rec = redis.call('GET', reqKey)
+  if rec then
+    local recLease, recToken = string.match(rec, '^(%S+) (%S+)$')
+    if not recLease then return redis.error_reply('fg_acquire_v2: malformed idempotency record') end
+    local cur = redis.call('HMGET', leaseKey, 'leaseId', 'owner', 'token', 'expiresAt', 'ttlMs')
+    local curExp = tonumber(cur[4])
+    if cur[1] == recLease and curExp and curExp > now then
+      return { 'ok', cur[1], cur[2], cur[3], cur[4], cur[5], '1', '0' }
+    end
+    return { 'ended', recLease, recToken }
   end
 end
 
@@ -56,7 +70,9 @@ if live or (#waiters > 0 and not isHead) then
   if aheadMin and (wake == nil or aheadMin < wake) then wake = aheadMin end
   local retry = wake - now
   if retry < 1 then retry = 1 end
-  return { 'held', fg_int(retry) }
+  local blockedBy = 'queue'
+  if live then blockedBy = 'lease' end
+  return { 'held', fg_int(retry), blockedBy }
 end
 
 -- 3. Grant: mint token = max(issued or key floor, global floor) + 1.
@@ -79,13 +95,15 @@ local expiresAt = fg_int(now + tonumber(ttlMs))
 redis.call('HSET', ctrKey, 'issued', token, 'floor', keyFloor)
 redis.call('HSET', leaseKey, 'leaseId', leaseId, 'owner', owner, 'token', token,
   'expiresAt', expiresAt, 'ttlMs', ttlMs)
+redis.call('PEXPIRE', leaseKey, fg_int(tonumber(ttlMs) + LEASE_KEEP_MS))
 if waiterId ~= '' then
   redis.call('ZREM', qKey, waiterId)
   redis.call('HDEL', dlKey, waiterId)
 end
 if reqTtlMs ~= '' then
-  redis.call('HSET', reqKey, 'leaseId', leaseId, 'owner', owner, 'token', token,
-    'expiresAt', expiresAt, 'ttlMs', ttlMs, 'tookOver', tookOver)
-  redis.call('PEXPIRE', reqKey, reqTtlMs)
+  redis.call('SET', reqKey, leaseId .. ' ' .. token, 'PX', reqTtlMs)
 end
+-- Waiters behind the winner were told to retry at the lock's free moment or at the
+-- winner's queue deadline; tell them the lock is taken, so they re-read its expiry.
+redis.call('PUBLISH', channel, 'grant')
 return { 'ok', leaseId, owner, token, expiresAt, ttlMs, '0', tookOver }

@@ -1,7 +1,8 @@
 -- fg_renew_v1: extends the current live lease. A lease that expired (by the store clock)
 -- or was replaced is never resurrected.
 --
--- KEYS[1] lease   hash    leaseId, owner, token, expiresAt (ms), ttlMs
+-- KEYS[1] lease   hash    leaseId, owner, token, expiresAt (ms), ttlMs; its key expiry
+--                         moves with the lease (see acquire.lua, LEASE_KEEP_MS)
 -- ARGV[1] leaseId         the lease to renew
 -- ARGV[2] ttlMs           new time to live, from now
 --
@@ -10,6 +11,7 @@
 --   {'lost'}   no lease, another lease, or this lease already expired
 local leaseKey = KEYS[1]
 local leaseId, ttlMs = ARGV[1], ARGV[2]
+local LEASE_KEEP_MS = 600000
 
 local now = fg_now()
 local cur = redis.call('HMGET', leaseKey, 'leaseId', 'owner', 'token', 'expiresAt')
@@ -20,4 +22,5 @@ end
 
 local expiresAt = fg_int(now + tonumber(ttlMs))
 redis.call('HSET', leaseKey, 'expiresAt', expiresAt, 'ttlMs', ttlMs)
+redis.call('PEXPIRE', leaseKey, fg_int(tonumber(ttlMs) + LEASE_KEEP_MS))
 return { 'ok', cur[2], cur[3], expiresAt, ttlMs }
