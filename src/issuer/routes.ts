@@ -61,6 +61,14 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
       if (r.ok) {
         return reply.code(200).send({ ...leaseJson(r.lease), replayed: r.replayed, waitedMs: r.waitedMs });
       }
+      if (r.reason === 'exhausted') {
+        return sendProblem(
+          reply,
+          'tokens-exhausted',
+          `lock "${key}" has issued token 9223372036854775807 (2^63-1), the last one possible: it can never be granted again; use another key`,
+          { lock: key },
+        );
+      }
       if (r.reason === 'replay-ended') {
         return sendProblem(
           reply,

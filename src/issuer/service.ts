@@ -40,7 +40,8 @@ export type IssuerAcquireResult =
       waitedMs: number;
     }
   | { ok: false; reason: 'held'; blockedBy: 'lease' | 'queue'; retryAfterMs: number }
-  | { ok: false; reason: 'replay-ended'; leaseId: string; token: FencingToken };
+  | { ok: false; reason: 'replay-ended'; leaseId: string; token: FencingToken }
+  | { ok: false; reason: 'exhausted' };
 
 /**
  * A queued waiter's entry in the store counts for this long unless its issuer renews it
@@ -87,7 +88,7 @@ export class Issuer {
     const sent = performance.now();
     const first = await this.store.tryAcquire(base);
     if (first.ok) return this.granted(first, sent - started);
-    if (first.reason === 'replay-ended') return first;
+    if (first.reason !== 'held') return first;
     this.metrics.lockContention.inc();
     if (input.waitMs <= 0) return first;
     return this.waitInQueue(input, started, signal);
@@ -151,7 +152,7 @@ export class Issuer {
           enqueued = false; // the grant removed our queue entry atomically
           return this.granted(r, sent - started);
         }
-        if (r.reason === 'replay-ended') return r;
+        if (r.reason !== 'held') return r;
         const remaining = deadline - performance.now();
         if (remaining <= 0 || signal?.aborted) {
           this.metrics.acquireTimeouts.inc();

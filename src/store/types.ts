@@ -74,6 +74,11 @@ export type AcquireResult =
       reason: 'replay-ended';
       leaseId: string;
       token: FencingToken;
+    }
+  | {
+      ok: false;
+      /** The key's last token was 2^63−1: no token can ever be minted for it again. Nothing changed. */
+      reason: 'exhausted';
     };
 
 export type RenewResult = { ok: true; lease: Lease } | { ok: false; reason: 'lease-lost' };

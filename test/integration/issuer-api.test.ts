@@ -43,6 +43,15 @@ const post = (url: string, payload: unknown, headers: Record<string, string> = {
   });
 
 describe('issuer API', () => {
+  it('answers 409 tokens-exhausted, not "try again", once a lock issued 2^63-1', async () => {
+    await h.seedIssued('spent', 2n ** 63n - 1n);
+    const r = await post('/v1/locks/spent/acquire', { owner: 'w1', ttlMs: 5000 });
+    expect(r.statusCode).toBe(409);
+    expect(r.headers['content-type']).toMatch(/application\/problem\+json/);
+    expect(r.json()).toMatchObject({ type: 'urn:fencegate:tokens-exhausted', lock: 'spent' });
+    expect(r.headers['retry-after']).toBeUndefined();
+  });
+
   it('acquire, inspect, renew, release', async () => {
     const a = await post('/v1/locks/order%3A42/acquire', { owner: 'w1', ttlMs: 5000 });
     expect(a.statusCode).toBe(200);

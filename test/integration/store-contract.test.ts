@@ -91,6 +91,20 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
       record: true,
     });
     expect(admitted).toMatchObject({ ok: true, highest: MAX_TOKEN });
+    // The last token was issued: every later attempt is refused as exhausted, changing nothing.
+    await h.store.release(key, d.leaseId);
+    expect(await h.store.tryAcquire({ key, owner: 'late', ttlMs: 10_000 })).toEqual({
+      ok: false,
+      reason: 'exhausted',
+    });
+    expect(await h.store.inspect(key)).toMatchObject({ held: false, issued: MAX_TOKEN });
+    // (A new issuer: seeding the embedded store reopened it.)
+    const fresh = new Issuer(h.store, createMetrics({ defaultMetrics: false }));
+    expect(await fresh.acquire({ key, owner: 'late', ttlMs: 1000, waitMs: 500 })).toEqual({
+      ok: false,
+      reason: 'exhausted',
+    });
+    fresh.shutdown();
   });
 
   it('refuses a non-owner release and changes nothing', async () => {

@@ -5,7 +5,6 @@
  * Redis clock inside the scripts. See docs/stores-redis.md.
  */
 import { randomUUID } from 'node:crypto';
-import { StoreUnavailableError } from '../../errors.js';
 import { formatToken, parseToken, type FencingToken } from '../../tokens.js';
 import type {
   AcquireRequest,
@@ -152,10 +151,7 @@ class RedisStore implements Store {
       );
       return parseAcquire(reply, req.key);
     });
-    if (result === 'exhausted') {
-      throw new StoreUnavailableError(`token space exhausted for lock "${req.key}" (next token > 2^63-1)`);
-    }
-    return result;
+    return result === 'exhausted' ? { ok: false, reason: 'exhausted' } : result;
   }
 
   async renew(key: string, leaseId: string, ttlMs: number): Promise<RenewResult> {

@@ -5,8 +5,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { AcquireRequest, AcquireResult, LockState, ReleaseResult, RenewResult } from '../types.js';
-import { big, bigOrNull, ms, msOrNull, one, type SqlContext } from './context.js';
+import { big, bigOrNull, maxBig, ms, msOrNull, one, type SqlContext } from './context.js';
 import type { AcquireContextRow, GrantRow, LockRow, RenewRow } from './queries.js';
+import { MAX_TOKEN } from '../../tokens.js';
 
 /** Idempotency records are kept at least this long (and at least the lease's ttl). */
 export const MIN_REPLAY_MS = 10 * 60 * 1000;
@@ -67,6 +68,15 @@ function heldFor(
   return { blockedBy: live ? 'lease' : 'queue', retryAfterMs: Math.max(1, Math.min(...waits)) };
 }
 
+/** The next token would pass 2^63−1 (bigint's maximum): the key can never be granted again. */
+function exhausted(c: AcquireContextRow): boolean {
+  const last = maxBig(
+    c.issued === null ? big(c.key_floor) : big(c.issued),
+    c.epoch_floor === null ? 0n : big(c.epoch_floor),
+  );
+  return last >= MAX_TOKEN;
+}
+
 export function tryAcquire(ctx: SqlContext, req: AcquireRequest): Promise<AcquireResult> {
   const ttlMs = wholeMs(req.ttlMs);
   return ctx.driver.transaction(async (tx) => {
@@ -79,6 +89,7 @@ export function tryAcquire(ctx: SqlContext, req: AcquireRequest): Promise<Acquir
     if (replay) return replay;
     const held = heldFor(req, c);
     if (held !== null) return { ok: false, reason: 'held', ...held };
+    if (exhausted(c)) return { ok: false, reason: 'exhausted' };
 
     const leaseId = randomUUID();
     const tookOverExpired = c.lease_id !== null; // a lease is there, but lapsed and never released
