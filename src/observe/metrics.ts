@@ -1,6 +1,6 @@
 /**
  * Prometheus metrics (prom-client), one registry per process so several servers
- * can live in one test process. Names are part of the contract (DESIGN.md).
+ * can live in one test process. Names are part of the contract (docs/gateway.md, docs/issuer.md).
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 

@@ -10,7 +10,7 @@
  *
  * A second case uses a `check: lease` route: the owner wakes after its lease expired but
  * before anyone else took the lock; its write is refused 409 lease-expired all the same
- * (DESIGN.md, Chubby-style sequencer check). On Redis, Postgres and the embedded store.
+ * (docs/policy.md, a Chubby-style sequencer check). On Redis, Postgres and the embedded store.
  */
 import { randomBytes } from 'node:crypto';
 import { rm } from 'node:fs/promises';

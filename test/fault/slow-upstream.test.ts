@@ -10,7 +10,7 @@
  * 2. Barrier vs. upstream timeout: the lower write times out (504 upstream-timeout), its
  *    entry is removed, the higher one is forwarded. The upstream then applies the
  *    timed-out write late — after the higher token. No proxy can prevent that
- *    (DESIGN.md, docs/gateway.md); the checker reports it as stale-owner, and the test
+ *    (docs/gateway.md, "What no proxy can promise"); the checker reports it as stale-owner, and the test
  *    asserts exactly that, so the limit stays visible instead of hidden.
  * 3. Barrier, drain timeout: the lower write stays in flight past the route's
  *    drainTimeoutMs: 503 fence-unavailable with Retry-After, never forwarded; a retry with

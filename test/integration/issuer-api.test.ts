@@ -1,5 +1,5 @@
 /**
- * The issuer's HTTP API on a real store: the happy paths as DESIGN.md shows them,
+ * The issuer's HTTP API on a real store: the happy paths as docs/issuer.md shows them,
  * and bad input of every kind answered 400 with a problem body, the process up.
  */
 import type { FastifyInstance } from 'fastify';
