@@ -1,0 +1,84 @@
+/**
+ * The seam for downstream kinds: what sits behind an upstream (`kind: http | postgres |
+ * s3`). Each kind is one folder under src/gateway/kinds/ exporting one DownstreamKind,
+ * registered in one line in ./index.ts. The gateway's admission path (routing, token
+ * parsing, the store's verdict, the drain barrier, events, metrics) is shared; a kind
+ * says only what differs:
+ *
+ * - which locks a request writes under (`writes`): none for a read, one for most writes,
+ *   several for a request that writes several objects at once (S3 DeleteObjects);
+ * - where the fence is checked (`fenceAt`):
+ *   - 'gateway': the gateway admits each lock in the lock store (compare-and-set +
+ *     in-flight entry) and keeps the drain barrier; the kind forwards afterwards and must
+ *     report when the upstream settled (docs/adr/0003, 0005);
+ *   - 'resource': the kind compares-and-sets the token inside the resource, atomically
+ *     with the write (the Postgres kind: one transaction); the gateway still asks the
+ *     lock store whether the token was ever issued and, with `check: lease`, whether
+ *     its lease is live, without recording anything;
+ * - how the request is served (`serve`).
+ *
+ * What a kind must do to keep the safety promises is in docs/adr/0006-downstream-kinds.md.
+ */
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { ProblemError } from '../../errors.js';
+import type { CompiledRoute, CompiledUpstream } from '../../policy/index.js';
+import type { FencingToken } from '../../tokens.js';
+import type { GatewayRequestState } from '../context.js';
+
+export type KindName = 'http' | 'postgres' | 's3';
+
+/** What the request writes, decided from the matched route and the request's headers. */
+export type WriteSet =
+  /** Reads pass without a token (no lock involved). */
+  | { kind: 'read' }
+  /** Locks to fence, each rendered and valid; a write needs a token for every one. */
+  | { kind: 'write'; locks: readonly string[] }
+  /** Refused before admission (malformed or unsupported request); nothing moves. */
+  | { kind: 'refuse'; problem: ProblemError };
+
+/** The request as a kind sees it before admission: headers only, the body unread. */
+export interface KindRequest {
+  method: string;
+  /** Raw path as received, without the query. */
+  path: string;
+  /** Raw query string as received, without '?' ('' when none). */
+  query: string;
+  rawHeaders: readonly string[];
+  params: Readonly<Record<string, string>>;
+}
+
+/** For 'resource'-fenced kinds: the token to compare-and-set inside the resource. */
+export interface ResourceFence {
+  lock: string;
+  token: FencingToken;
+}
+
+export interface DownstreamKind {
+  readonly name: KindName;
+  readonly fenceAt: 'gateway' | 'resource';
+  /** Which locks `req` writes on `route` (a route of an upstream of this kind). */
+  writes(route: CompiledRoute, req: KindRequest): WriteSet;
+  /** Runtime for one gateway: serves requests that passed admission, then closes. */
+  open(env: KindEnvironment): KindRuntime;
+}
+
+export interface KindRuntime {
+  /**
+   * Serves a routed request that passed admission (gateway-fenced), or a read, or
+   * (resource-fenced) a write together with `state.fence` and `fences` to check.
+   */
+  serve(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    state: GatewayRequestState,
+    fences: readonly ResourceFence[],
+  ): unknown;
+  /** Drops runtime state of upstreams gone or changed in a reloaded policy. */
+  retain(upstreams: Readonly<Record<string, CompiledUpstream>>): void;
+  close(): Promise<void>;
+}
+
+/** What the gateway gives every kind's runtime. */
+export interface KindEnvironment {
+  log: { warn(obj: object, msg: string): void; error(obj: object, msg: string): void };
+}
