@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import { LineCounter, parseDocument, isMap, isScalar } from 'yaml';
 import type { Pair, Scalar } from 'yaml';
 import { checkStoreSpec } from './store/index.js';
+import { namespaceProblem } from './store/namespace.js';
 
 export interface HostPort {
   host: string;
@@ -131,14 +132,12 @@ function applyOne(cfg: ServeConfig, key: keyof ServeConfig, value: string | numb
       }
       target[key] = value;
       break;
-    case 'name':
-      if (typeof value !== 'string' || !/^[a-z_][a-z0-9_]{0,62}$/.test(value)) {
-        throw new ConfigError(
-          `${where}: "${String(value)}" must be a lower-case identifier (a-z, 0-9, _), at most 63 characters`,
-        );
-      }
+    case 'name': {
+      const problem = namespaceProblem(String(value));
+      if (typeof value !== 'string' || problem !== null) throw new ConfigError(`${where}: ${problem}`);
       target[key] = value;
       break;
+    }
     case 'hostport':
     case 'hostport?':
       if (typeof value !== 'string') throw new ConfigError(`${where}: must be "HOST:PORT"`);

@@ -4,7 +4,7 @@
  */
 import Fastify from 'fastify';
 import type { FastifyInstance } from 'fastify';
-import { frameworkErrorsAsProblems, installProblemHandlers } from './http/problems.js';
+import { errorHandler, installProblemHandlers } from './http/problems.js';
 import type { Issuer } from './issuer/service.js';
 import issuerRoutes from './issuer/routes.js';
 import type { EventLog } from './observe/events.js';
@@ -25,9 +25,9 @@ export async function buildControl(opts: {
     routerOptions: { maxParamLength: 1024 },
     forceCloseConnections: true,
     return503OnClosing: true,
-    frameworkErrors: frameworkErrorsAsProblems,
+    frameworkErrors: (error, request, reply) => errorHandler(error, request, reply),
   });
-  installProblemHandlers(app);
+  installProblemHandlers(app, 'not-found');
   await app.register(issuerRoutes, { issuer: opts.issuer, defaultTtlMs: opts.defaultTtlMs });
   app.get('/healthz', async () => ({ ok: true }));
   app.get('/readyz', async (_req, reply) => {

@@ -35,8 +35,12 @@ type Ignore = ((err: unknown) => boolean) | undefined;
 
 export class Breaker {
   private readonly circuit: CircuitBreaker<[Action, Ignore], unknown>;
+  private readonly resetTimeoutMs: number;
+  /** performance.now() when the circuit last opened. */
+  private openedAt = 0;
 
   constructor(opts: BreakerOptions) {
+    this.resetTimeoutMs = opts.resetTimeoutMs;
     this.circuit = new CircuitBreaker((action: Action, _ignore: Ignore) => action(), {
       timeout: opts.timeoutMs,
       errorThresholdPercentage: opts.errorThresholdPercentage,
@@ -50,6 +54,7 @@ export class Breaker {
       errorFilter: ((err: unknown, _action: Action, ignore: Ignore) =>
         ignore !== undefined && ignore(err)) as (err: unknown) => boolean,
     });
+    this.circuit.on('open', () => (this.openedAt = performance.now()));
     if (opts.onOpen !== undefined) this.circuit.on('open', opts.onOpen);
     if (opts.onClose !== undefined) this.circuit.on('close', opts.onClose);
   }
@@ -57,6 +62,13 @@ export class Breaker {
   /** True while the circuit is open or half-open. */
   get opened(): boolean {
     return !this.circuit.closed;
+  }
+
+  /** Whole seconds until an open circuit lets a trial call through (≥ 1): a Retry-After value. */
+  retryAfterSeconds(): number {
+    if (!this.opened) return 1;
+    const reopen = this.openedAt + this.resetTimeoutMs - performance.now();
+    return Math.max(1, Math.ceil(reopen / 1000));
   }
 
   /** Runs `action` through the breaker; `ignore(err)` true excuses an error. */

@@ -16,7 +16,7 @@ import type { GatewayRequestState } from './context.js';
 import { awaitDrain, type DrainOutcome } from './drain.js';
 import { InflightEntry } from './inflight.js';
 import type { SessionObserver } from './observer.js';
-import { sendProblem } from './problems.js';
+import { sendProblem } from '../http/problems.js';
 import { sessionLapsed, type GatewaySessions, type SessionLease } from './session.js';
 import type { StoreGuard } from './store-guard.js';
 import { kindFor } from './kinds/index.js';

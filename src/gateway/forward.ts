@@ -15,11 +15,11 @@ import {
   stripResponseHeaders,
   type Headers,
 } from './headers.js';
-import { sendContinue } from './continue.js';
+import { sendContinue } from '../http/continue.js';
 import { sessionLapsed } from './session.js';
 import { ForwardGuard, type ForwardCutError } from './forward-guard.js';
 import type { KindEnvironment } from './kinds/types.js';
-import { sendProblem } from './problems.js';
+import { sendProblem } from '../http/problems.js';
 import { upstreamProblem } from './upstream-errors.js';
 import { attachScope, type ForwardScope } from './upstreams.js';
 

@@ -8,7 +8,7 @@ import fp from 'fastify-plugin';
 import { ProblemError } from '../errors.js';
 import { splitRequestPath, type PolicyHolder } from '../policy/index.js';
 import './context.js';
-import { errorHandler, notFoundHandler, pathOf, sendProblem } from './problems.js';
+import { installProblemHandlers, pathOf, sendProblem } from '../http/problems.js';
 
 export interface RoutingOptions {
   policy: PolicyHolder;
@@ -16,8 +16,7 @@ export interface RoutingOptions {
 
 async function routing(app: FastifyInstance, opts: RoutingOptions): Promise<void> {
   app.decorateRequest('fencegate', null);
-  app.setErrorHandler(errorHandler);
-  app.setNotFoundHandler(notFoundHandler);
+  installProblemHandlers(app, 'no-route');
   // Callback style (not async): no promise and no microtask per request. A refusal sends
   // the problem and does not call done(), which ends the hook chain.
   app.addHook('onRequest', (request: FastifyRequest, reply: FastifyReply, done: () => void) => {

@@ -25,8 +25,6 @@ export interface GuardLog {
 
 export class StoreGuard {
   private readonly breaker: Breaker;
-  private readonly resetTimeoutMs: number;
-  private openedAt = 0;
 
   constructor(
     private readonly store: Store,
@@ -34,20 +32,17 @@ export class StoreGuard {
     private readonly log: GuardLog,
     options: StoreGuardOptions = {},
   ) {
-    this.resetTimeoutMs = options.resetTimeoutMs ?? 5000;
     this.breaker = new Breaker({
       timeoutMs: options.timeoutMs ?? 2000,
-      resetTimeoutMs: this.resetTimeoutMs,
+      resetTimeoutMs: options.resetTimeoutMs ?? 5000,
       errorThresholdPercentage: options.errorThresholdPercentage ?? 50,
       volumeThreshold: options.volumeThreshold ?? 5,
       rollingWindowMs: 10_000,
-      onOpen: () => {
-        this.openedAt = Date.now();
+      onOpen: () =>
         this.log.warn(
           { store: store.kind },
           'fence store circuit opened: fenced writes get 503 until it recovers',
-        );
-      },
+        ),
       onClose: () => this.log.warn({ store: store.kind }, 'fence store circuit closed'),
     });
   }
@@ -129,9 +124,7 @@ export class StoreGuard {
   private unavailable(err: unknown, op: string): ProblemError {
     const code = (err as { code?: unknown } | null)?.code;
     const open = code === 'EOPENBREAKER';
-    const retryAfter = open
-      ? Math.max(1, Math.ceil((this.openedAt + this.resetTimeoutMs - Date.now()) / 1000))
-      : 1;
+    const retryAfter = open ? this.breaker.retryAfterSeconds() : 1;
     const detail = open
       ? 'the fence store is unavailable (circuit open); the write was not forwarded'
       : code === 'ETIMEDOUT'

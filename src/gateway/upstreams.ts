@@ -53,7 +53,6 @@ interface Client {
   signature: string;
   agent: Pool;
   breaker: Breaker;
-  openedAt: number;
 }
 
 export interface UpstreamLog {
@@ -89,10 +88,7 @@ export class UpstreamPool {
 
   /** Seconds until the upstream's open circuit lets a trial request through. */
   retryAfterSeconds(upstream: CompiledUpstream): number {
-    const client = this.clients.get(upstream.name);
-    if (client === undefined) return 1;
-    const reopen = client.openedAt + upstream.breaker.resetTimeoutMs - Date.now();
-    return Math.max(1, Math.ceil(reopen / 1000));
+    return this.clients.get(upstream.name)?.breaker.retryAfterSeconds() ?? 1;
   }
 
   /** Drops (and gracefully closes) clients of upstreams that are gone or changed in `policy`. */
@@ -162,23 +158,20 @@ export class UpstreamPool {
     if (existing !== undefined) void this.drop(upstream.name, existing);
     const agent = new Pool(upstream.origin, POOL_OPTIONS);
     const { breaker: settings } = upstream;
-    let client: Client | null = null;
     const breaker = new Breaker({
       timeoutMs: false,
       errorThresholdPercentage: settings.errorThresholdPercentage,
       volumeThreshold: settings.volumeThreshold,
       resetTimeoutMs: settings.resetTimeoutMs,
       rollingWindowMs: settings.rollingWindowMs,
-      onOpen: () => {
-        if (client !== null) client.openedAt = Date.now();
+      onOpen: () =>
         this.log.warn(
           { upstream: upstream.name },
           'upstream circuit opened: requests get 502 until it recovers',
-        );
-      },
+        ),
       onClose: () => this.log.warn({ upstream: upstream.name }, 'upstream circuit closed'),
     });
-    client = { signature, agent, breaker, openedAt: 0 };
+    const client = { signature, agent, breaker };
     this.clients.set(upstream.name, client);
     return client;
   }

@@ -5,7 +5,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { ProblemError } from '../errors.js';
-import { sendProblem } from '../http/problems.js';
+import { refuse } from '../http/problems.js';
 import type { Lease, LockState } from '../store/types.js';
 import type { Issuer } from './service.js';
 import { parseAcquire, parseRelease, parseRenew, validKey } from './validate.js';
@@ -62,7 +62,7 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
         return reply.code(200).send({ ...leaseJson(r.lease), replayed: r.replayed, waitedMs: r.waitedMs });
       }
       if (r.reason === 'exhausted') {
-        return sendProblem(
+        return refuse(
           reply,
           'tokens-exhausted',
           `lock "${key}" has issued token 9223372036854775807 (2^63-1), the last one possible: it can never be granted again; use another key`,
@@ -70,7 +70,7 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
         );
       }
       if (r.reason === 'replay-ended') {
-        return sendProblem(
+        return refuse(
           reply,
           'replay-ended',
           `requestId "${body.requestId ?? ''}" was granted lease ${r.leaseId} (token ${r.token}), which is no longer current; nothing was granted`,
@@ -82,7 +82,7 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
         r.blockedBy === 'lease'
           ? `lock "${key}" is held`
           : `lock "${key}" is free, but waiters are queued ahead of this request`;
-      return sendProblem(
+      return refuse(
         reply,
         'lock-held',
         detail,
@@ -101,7 +101,7 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
     const body = parseRenew(req.body, issuer.limits, defaultTtl);
     const r = await issuer.renew(key, body.leaseId, body.ttlMs);
     if (!r.ok) {
-      return sendProblem(reply, 'lease-lost', 'the lease has expired or was taken over', {
+      return refuse(reply, 'lease-lost', 'the lease has expired or was taken over', {
         lock: key,
         leaseId: body.leaseId,
       });
@@ -121,7 +121,7 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
     const body = parseRelease(req.body);
     const r = await issuer.release(key, body.leaseId);
     if (!r.ok) {
-      return sendProblem(reply, 'not-owner', 'this lease does not hold the lock', {
+      return refuse(reply, 'not-owner', 'this lease does not hold the lock', {
         lock: key,
         leaseId: body.leaseId,
       });

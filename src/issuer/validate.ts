@@ -6,7 +6,7 @@
  */
 import { ProblemError } from '../errors.js';
 import type { IssuerLimits } from './service.js';
-import { checkLockKey } from './keys.js';
+import { checkLockKey } from '../lock-keys.js';
 
 type Body = Record<string, unknown>;
 

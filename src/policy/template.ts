@@ -3,7 +3,7 @@
  * `{name}` is a path parameter of the route; `{header.name}` is a request header,
  * which must then be present exactly once.
  */
-import { checkLockKey } from '../issuer/keys.js';
+import { checkLockKey } from '../lock-keys.js';
 
 export type TemplatePart =
   { kind: 'text'; value: string } | { kind: 'param'; name: string } | { kind: 'header'; name: string };

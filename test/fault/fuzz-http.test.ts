@@ -6,7 +6,7 @@
  */
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { checkLockKey } from '../../src/issuer/keys.js';
+import { checkLockKey } from '../../src/lock-keys.js';
 import { splitRequestPath } from '../../src/policy/index.js';
 import type { AppliedWrite } from '../../src/sample/index.js';
 import { caseArb, type LockName, type RenderCtx, type TokenChoice } from './lib-fuzz/arbitraries.js';

@@ -3,7 +3,8 @@
  * in one slot), whatever braces the lock key contains; the tag decodes back to the key.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { decodeTag, encodeTag, lockKeyOf, lockKeys, validateNamespace } from '../../src/store/redis/keys.js';
+import { decodeTag, encodeTag, lockKeyOf, lockKeys } from '../../src/store/redis/keys.js';
+import { namespaceProblem } from '../../src/store/namespace.js';
 import { openRedisStore } from '../../src/store/redis/store.js';
 import { openTestRedisStore, SHARED_REDIS_URL, type OpenedRedisStore } from '../helpers/redis-fixture.js';
 import { redisKeysUnder } from '../helpers/redis-seed.js';
@@ -53,11 +54,12 @@ describe('hash tags', () => {
     }
   });
 
-  it('refuse namespaces that would break the tag or the SCAN pattern', () => {
-    expect(validateNamespace('fg')).toBeNull();
-    expect(validateNamespace('fg_test-1.a:b')).toBeNull();
-    for (const bad of ['', 'a{b', 'a}b', 'a*', 'a?', 'a[b', 'a b', 'x'.repeat(65)]) {
-      expect(validateNamespace(bad), bad).not.toBeNull();
+  it('refuse namespaces that would break the tag or the SCAN pattern (one rule for every store)', () => {
+    expect(namespaceProblem('fg')).toBeNull();
+    expect(namespaceProblem('fencegate')).toBeNull();
+    expect(namespaceProblem('fg_test-1')).toBeNull();
+    for (const bad of ['', 'a{b', 'a}b', 'a*', 'a?', 'a[b', 'a b', 'a:b', 'a.b', 'pg_x', 'x'.repeat(54)]) {
+      expect(namespaceProblem(bad), bad).not.toBeNull();
     }
   });
 });

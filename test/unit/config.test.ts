@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, DEFAULTS, parseHostPort, resolveConfig } from '../../src/config.js';
-import { checkLockKey } from '../../src/issuer/keys.js';
+import { checkLockKey } from '../../src/lock-keys.js';
 
 describe('config', () => {
   it('has the documented defaults', () => {

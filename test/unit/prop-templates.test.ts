@@ -6,7 +6,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { checkLockKey, MAX_KEY_BYTES } from '../../src/issuer/keys.js';
+import { checkLockKey, MAX_KEY_BYTES } from '../../src/lock-keys.js';
 import {
   matchPath,
   parseLockTemplate,

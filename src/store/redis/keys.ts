@@ -45,16 +45,6 @@ export function decodeTag(tag: string): string {
   return tag.replace(/%(25|7B|7D)/g, (m) => UNESCAPES[m] ?? m);
 }
 
-/**
- * A namespace is used verbatim as the key prefix. It must not contain braces (they
- * would become the hash tag) nor glob characters (listLocks scans `<prefix>:{*}:lease`).
- */
-export function validateNamespace(ns: string): string | null {
-  if (ns.length === 0 || ns.length > 64) return 'namespace must be 1-64 characters';
-  if (!/^[A-Za-z0-9_.:-]+$/.test(ns)) return 'namespace may only contain A-Z a-z 0-9 _ . : -';
-  return null;
-}
-
 export function lockKeys(prefix: string, key: string): LockKeys {
   const base = `${prefix}:{${encodeTag(key)}}`;
   return {

@@ -21,17 +21,10 @@ import type {
   StoreHealth,
   StoreOptions,
 } from '../types.js';
+import { namespaceProblem } from '../namespace.js';
 import { type Connection, connect, createConnection, unavailable } from './connection.js';
 import { type Durability, checkDurability } from './durability.js';
-import {
-  epochKey,
-  lockKeyOf,
-  lockKeys,
-  scanPatterns,
-  sessionsKey,
-  validateNamespace,
-  type LockKeys,
-} from './keys.js';
+import { epochKey, lockKeyOf, lockKeys, scanPatterns, sessionsKey, type LockKeys } from './keys.js';
 import {
   parseAcquire,
   parseAdmit,
@@ -410,8 +403,8 @@ class RedisStore implements Store {
  */
 export async function openRedisStore(url: string, opts: StoreOptions = {}): Promise<Store> {
   const prefix = opts.namespace ?? 'fg';
-  const bad = validateNamespace(prefix);
-  if (bad !== null) throw new RangeError(`invalid redis namespace "${prefix}": ${bad}`);
+  const bad = namespaceProblem(prefix);
+  if (bad !== null) throw new RangeError(bad);
   const conn = createConnection(url, { connectionName: 'fencegate' });
   await connect(conn);
   try {

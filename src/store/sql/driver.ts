@@ -7,6 +7,7 @@
  * Every failure that comes out of a driver is a StoreUnavailableError (with the
  * driver's error as `cause`): expected outcomes never reach this layer as errors.
  */
+import { namespaceProblem } from '../namespace.js';
 import { StoreUnavailableError } from '../../errors.js';
 
 /** Values passed as statement parameters. Tokens and store times are passed as decimal strings. */
@@ -122,14 +123,10 @@ export function executorOver(
 }
 
 /** Names we accept as a schema (namespace). Quoted everywhere, so case and '-' are kept as given. */
-const NAMESPACE = /^[A-Za-z0-9_-]{1,53}$/;
-
+/** Throws StoreUnavailableError (the store cannot be opened) unless `name` is a valid namespace. */
 export function checkNamespace(name: string): string {
-  if (!NAMESPACE.test(name) || name.toLowerCase().startsWith('pg_')) {
-    throw new StoreUnavailableError(
-      `invalid store namespace ${JSON.stringify(name)}: use 1-53 of A-Z a-z 0-9 _ - (not starting with pg_)`,
-    );
-  }
+  const problem = namespaceProblem(name);
+  if (problem !== null) throw new StoreUnavailableError(problem);
   return name;
 }
 
