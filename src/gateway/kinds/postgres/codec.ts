@@ -35,7 +35,7 @@ export type Category =
 
 export interface Column {
   readonly name: string;
-  /** The declared type as Postgres prints it (format_type): the cast of every parameter. */
+  /** The declared type without its modifier (format_type(oid, NULL)): the cast of every parameter. */
   readonly sqlType: string;
   /** The type (or a domain's base type) name in pg_type, e.g. int4, timestamptz. */
   readonly baseType: string;

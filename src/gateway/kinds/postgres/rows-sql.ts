@@ -32,9 +32,10 @@ export function getRow(shape: TableShape): string {
 export function listRows(shape: TableShape, filters: readonly Column[]): string {
   const where = filters.map((c, i) => `${quoteIdent(c.name)} = ${placeholder(c, i + 2)}`);
   return (
-    `SELECT ${selectList(shape)} FROM ${shape.qualified}` +
+    `SELECT ${selectList(shape)} FROM ${shape.qualified} AS r` +
     (where.length > 0 ? ` WHERE ${where.join(' AND ')}` : '') +
-    ` ORDER BY ${quoteIdent(shape.key.name)} LIMIT $1::integer`
+    // Qualified: the bare name would order by the output column (the key as text).
+    ` ORDER BY r.${quoteIdent(shape.key.name)} LIMIT $1::integer`
   );
 }
 

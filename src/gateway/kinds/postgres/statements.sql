@@ -37,10 +37,12 @@ SELECT highest::text AS highest FROM {fences}.fences WHERE lock = $1::text;
 
 -- name: table_columns
 -- The columns of a table, read once per table and cached. A domain's category comes
--- from its base type; the cast stays the domain (its checks apply).
+-- from its base type; the cast stays the domain (its checks apply). The cast has no
+-- type modifier: an explicit cast to varchar(5) would silently truncate, while the
+-- assignment to the column refuses a value too long (SQLSTATE 22001).
 -- $1 the quoted, optionally schema-qualified table name
 SELECT a.attname                             AS name,
-       format_type(a.atttypid, a.atttypmod)  AS sql_type,
+       format_type(a.atttypid, NULL)         AS sql_type,
        COALESCE(bt.typname, t.typname)::text AS base_type
   FROM pg_attribute a
   JOIN pg_type t ON t.oid = a.atttypid
