@@ -24,6 +24,8 @@ export interface RawUpstream {
   url: string;
   timeoutMs?: number;
   breaker?: RawBreaker;
+  /** kind: postgres: the schema of the fence table in the target database. */
+  fenceSchema?: string;
 }
 
 export interface RawFencing {
@@ -45,6 +47,10 @@ export interface RawRoute {
   lock?: string;
   fencing?: RawFencing;
   upload?: RawUpload;
+  /** kind: postgres: the table, its key column, and the columns a write may set. */
+  table?: string;
+  key?: string;
+  columns?: string[];
 }
 
 export interface RawPolicyFile {
@@ -76,6 +82,7 @@ const upstream = {
     url: { type: 'string', minLength: 1 },
     timeoutMs: ms(1, 600_000),
     breaker,
+    fenceSchema: { type: 'string', minLength: 1 },
   },
 };
 
@@ -110,6 +117,9 @@ const route = {
     lock: { type: 'string', minLength: 1 },
     fencing,
     upload,
+    table: { type: 'string', minLength: 1 },
+    key: { type: 'string', minLength: 1 },
+    columns: { type: 'array', uniqueItems: true, items: { type: 'string', minLength: 1 } },
   },
 };
 

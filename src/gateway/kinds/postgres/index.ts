@@ -1,0 +1,170 @@
+/**
+ * `kind: postgres`: rows of a Postgres table (docs/postgres.md). The gateway executes
+ * each request as SQL itself; the fence is checked inside the target database, in the
+ * same transaction as the row write (`fenceAt: 'resource'`), so there is no drain
+ * barrier and the promise holds with any number of gateway processes.
+ */
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { ProblemError } from '../../../errors.js';
+import type { CompiledPolicy, CompiledRoute } from '../../../policy/model.js';
+import { renderLock } from '../../../policy/template.js';
+import { sendContinue } from '../../continue.js';
+import type { GatewayRequestState } from '../../context.js';
+import { sendProblem } from '../../problems.js';
+import { headerLookup } from '../../verdict.js';
+import type { DownstreamKind, KindEnvironment, KindRuntime, ResourceFence, WriteSet } from '../types.js';
+import { readJsonBody } from './body.js';
+import { PostgresRows, type RowOp } from './rows.js';
+import {
+  compilePostgresRoute,
+  compilePostgresUpstream,
+  type PostgresRouteSettings,
+  type PostgresUpstreamSettings,
+  type SettingsError,
+} from './settings.js';
+import { DEFAULTS } from '../../../policy/model.js';
+
+/** `columns[2]` → ['columns', 2], so policy errors point at the element. */
+const fieldErrors = (errors: SettingsError[]) =>
+  errors.map((e) => {
+    const m = /^([A-Za-z]+)\[([0-9]+)\]$/.exec(e.field);
+    return { field: m ? [m[1] as string, Number(m[2])] : [e.field], message: e.message };
+  });
+
+function upstreamSettings(route: CompiledRoute): PostgresUpstreamSettings {
+  return route.upstream.settings.postgres as PostgresUpstreamSettings;
+}
+
+function routeSettings(route: CompiledRoute): PostgresRouteSettings {
+  return route.target.postgres as PostgresRouteSettings;
+}
+
+export const postgresKind: DownstreamKind = {
+  name: 'postgres',
+  fenceAt: 'resource',
+  routeFields: ['table', 'key', 'columns'],
+  compileUpstream(name, raw) {
+    const r = compilePostgresUpstream({ url: raw.url, fenceSchema: raw.fenceSchema });
+    if (!r.ok) return { ok: false, errors: fieldErrors(r.errors) };
+    return {
+      ok: true,
+      upstream: {
+        name,
+        kind: 'postgres',
+        url: r.value.where,
+        origin: '',
+        basePath: '',
+        timeoutMs: raw.timeoutMs ?? DEFAULTS.timeoutMs,
+        breaker: { ...DEFAULTS.breaker, ...raw.breaker },
+        settings: { postgres: r.value },
+      },
+    };
+  },
+  compileRoute(raw, _upstream, path) {
+    if (path.wildcard)
+      return { ok: false, errors: [{ field: ['path'], message: 'must not end in "*" on a postgres route' }] };
+    const r = compilePostgresRoute(
+      { table: raw.table, key: raw.key, columns: raw.columns },
+      path.params,
+      raw.methods,
+    );
+    return r.ok ? { ok: true, target: { postgres: r.value } } : { ok: false, errors: fieldErrors(r.errors) };
+  },
+  writes(route, req): WriteSet {
+    if (route.lock === null || req.method === 'GET' || req.method === 'HEAD') return { kind: 'read' };
+    const rendered = renderLock(route.lock, req.params, headerLookup(req.rawHeaders));
+    if (!rendered.ok) {
+      const detail = `cannot derive the lock for route "${route.name}": ${rendered.reason}`;
+      return { kind: 'refuse', problem: new ProblemError('invalid-key', detail) };
+    }
+    return { kind: 'write', locks: [rendered.key] };
+  },
+  open: (env) => new PostgresRuntime(env),
+};
+
+class PostgresRuntime implements KindRuntime {
+  /** One pool per upstream name, replaced when its settings change. */
+  private readonly upstreams = new Map<string, { settings: PostgresUpstreamSettings; rows: PostgresRows }>();
+
+  constructor(private readonly env: KindEnvironment) {}
+
+  private rowsFor(route: CompiledRoute): PostgresRows {
+    const settings = upstreamSettings(route);
+    const name = route.upstream.name;
+    const have = this.upstreams.get(name);
+    if (have !== undefined && sameSettings(have.settings, settings)) return have.rows;
+    if (have !== undefined) void have.rows.close().catch(() => undefined);
+    const rows = new PostgresRows(name, settings, this.env.log);
+    this.upstreams.set(name, { settings, rows });
+    return rows;
+  }
+
+  async serve(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    state: GatewayRequestState,
+    fences: readonly ResourceFence[],
+  ): Promise<unknown> {
+    const route = state.match.route;
+    const target = routeSettings(route);
+    if (fences.length > 1) throw new Error('a postgres route writes one lock');
+    const fence = fences[0] ?? null;
+    const key = state.match.params[target.key] ?? '';
+    let op: RowOp;
+    switch (request.method) {
+      case 'GET':
+        op = target.shape === 'list' ? { op: 'list', query: queryOf(request.url) } : { op: 'get', key };
+        break;
+      case 'DELETE':
+        op = { op: 'delete', key, fence };
+        break;
+      case 'PUT':
+      case 'PATCH': {
+        sendContinue(request.raw, reply.raw);
+        const body = await readJsonBody(request.raw, request.headers['content-length']);
+        if (!body.ok) {
+          if (!request.raw.complete) reply.header('connection', 'close');
+          return sendProblem(reply, body.problem);
+        }
+        op = { op: request.method === 'PUT' ? 'put' : 'patch', key, body: body.value, fence };
+        break;
+      }
+      default:
+        return sendProblem(
+          reply,
+          new ProblemError('method-not-allowed', `${request.method} is not served on rows`),
+        );
+    }
+    const out = await this.rowsFor(route).execute(target, op);
+    if (!out.ok) return sendProblem(reply, out.problem);
+    if (out.status === 204) return reply.code(204).send();
+    return reply.code(200).type('application/json').send(JSON.stringify(out.body));
+  }
+
+  retain(policy: CompiledPolicy): void {
+    for (const [name, have] of this.upstreams) {
+      const now = Object.hasOwn(policy.upstreams, name) ? policy.upstreams[name] : undefined;
+      const settings =
+        now?.kind === 'postgres' ? (now.settings.postgres as PostgresUpstreamSettings) : undefined;
+      if (settings === undefined || !sameSettings(settings, have.settings)) {
+        this.upstreams.delete(name);
+        void have.rows.close().catch(() => undefined);
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    const all = [...this.upstreams.values()];
+    this.upstreams.clear();
+    await Promise.all(all.map((u) => u.rows.close()));
+  }
+}
+
+function sameSettings(a: PostgresUpstreamSettings, b: PostgresUpstreamSettings): boolean {
+  return a.connectionString === b.connectionString && a.fenceSchema === b.fenceSchema;
+}
+
+function queryOf(url: string): string {
+  const i = url.indexOf('?');
+  return i < 0 ? '' : url.slice(i + 1);
+}

@@ -1,0 +1,107 @@
+/**
+ * What a failed statement means for the client, decided by SQLSTATE (`err.code`),
+ * never by message text:
+ *
+ * - class 23 (integrity constraint): 409 constraint-violation, naming the constraint
+ *   (and the column, for NOT NULL);
+ * - class 22 (data exception: a value Postgres refused, e.g. a day 30 in February, a
+ *   string too long for varchar(n)): 400 invalid-row. Bad input is never a 500;
+ * - no SQLSTATE (socket error, client timeout), class 08 (connection), 57P0x
+ *   (shutdown), 53 (resources), 40001/40P01 after retries: the database is
+ *   unavailable, 502 upstream-unavailable with Retry-After;
+ * - 57014 (statement timeout): 504 upstream-timeout;
+ * - class 42 and 3F (the table, a column or the schema is not what the policy says):
+ *   502 upstream-unavailable, logged as a configuration error.
+ *
+ * Anything else is a bug and surfaces as 500.
+ */
+import { ProblemError } from '../../../errors.js';
+import { errorCode } from '../../../store/sql/driver.js';
+
+export interface DbErrorFields {
+  code?: string;
+  constraint?: string;
+  column?: string;
+  table?: string;
+}
+
+function fields(err: unknown): DbErrorFields {
+  if (typeof err !== 'object' || err === null) return {};
+  const e = err as Record<string, unknown>;
+  const str = (k: string): string | undefined => (typeof e[k] === 'string' ? (e[k] as string) : undefined);
+  return { code: errorCode(err), constraint: str('constraint'), column: str('column'), table: str('table') };
+}
+
+export type Classified =
+  | { kind: 'refusal'; problem: ProblemError }
+  /** The policy and the database disagree (missing table/column, no unique key…). */
+  | { kind: 'misconfigured'; problem: ProblemError }
+  | { kind: 'unavailable'; problem: ProblemError }
+  | { kind: 'bug' };
+
+export function classifyDbError(err: unknown, upstream: string): Classified {
+  const f = fields(err);
+  const code = f.code;
+  const unavailable = (detail: string): Classified => ({
+    kind: 'unavailable',
+    problem: new ProblemError(
+      'upstream-unavailable',
+      detail,
+      { upstream },
+      { headers: { 'retry-after': '1' } },
+    ),
+  });
+  if (code === undefined || /^E[A-Z]+$/.test(code))
+    return unavailable(`database unreachable (${code ?? 'connection lost or timed out'})`);
+  if (code.startsWith('23')) {
+    return {
+      kind: 'refusal',
+      problem: new ProblemError(
+        'constraint-violation',
+        `the row violates ${f.constraint !== undefined ? `constraint "${f.constraint}"` : 'a constraint'} (SQLSTATE ${code})`,
+        { constraint: f.constraint, column: f.column },
+      ),
+    };
+  }
+  if (code.startsWith('22')) {
+    return {
+      kind: 'refusal',
+      problem: new ProblemError('invalid-row', `the database refused a value (SQLSTATE ${code})`, {
+        column: f.column,
+      }),
+    };
+  }
+  if (code === '57014') {
+    return {
+      kind: 'unavailable',
+      problem: new ProblemError('upstream-timeout', 'the statement timed out', { upstream }),
+    };
+  }
+  if (
+    code.startsWith('08') ||
+    code.startsWith('53') ||
+    code.startsWith('57P') ||
+    code === '40001' ||
+    code === '40P01' ||
+    code === '25P03' ||
+    code === '55P03'
+  ) {
+    return unavailable(`database unavailable (SQLSTATE ${code})`);
+  }
+  if (code.startsWith('42') || code.startsWith('3F')) {
+    return {
+      kind: 'misconfigured',
+      problem: new ProblemError(
+        'upstream-unavailable',
+        `the table does not match the policy (SQLSTATE ${code}); see the gateway log`,
+        { upstream },
+      ),
+    };
+  }
+  return { kind: 'bug' };
+}
+
+/** 400 invalid-row, naming the column at fault when there is one. */
+export function invalidRow(detail: string, column?: string): ProblemError {
+  return new ProblemError('invalid-row', detail, { column });
+}

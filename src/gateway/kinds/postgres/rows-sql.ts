@@ -1,0 +1,69 @@
+/**
+ * The row statements of one route, built from the table's catalog: identifiers come
+ * from the policy and the catalog and are always quoted; values are always `$n`
+ * parameters, passed as text and cast to the column's declared type (codec.ts).
+ */
+import { quoteIdent } from '../../../store/sql/driver.js';
+import { placeholder, readExpression, type Column } from './codec.js';
+import type { TableName } from './settings.js';
+
+export interface TableShape {
+  /** The quoted, optionally schema-qualified name. */
+  readonly qualified: string;
+  readonly key: Column;
+  /** The route's declared columns, in policy order. */
+  readonly columns: readonly Column[];
+}
+
+export function qualifiedName(t: TableName): string {
+  return t.schema === null ? quoteIdent(t.name) : `${quoteIdent(t.schema)}.${quoteIdent(t.name)}`;
+}
+
+/** The key and the declared columns, in that order, each as text in our JSON format. */
+export function selectList(shape: TableShape): string {
+  return [shape.key, ...shape.columns].map((c) => readExpression(c)).join(', ');
+}
+
+export function getRow(shape: TableShape): string {
+  return `SELECT ${selectList(shape)} FROM ${shape.qualified} WHERE ${quoteIdent(shape.key.name)} = ${placeholder(shape.key, 1)}`;
+}
+
+/** $1 limit, then one parameter per filter. */
+export function listRows(shape: TableShape, filters: readonly Column[]): string {
+  const where = filters.map((c, i) => `${quoteIdent(c.name)} = ${placeholder(c, i + 2)}`);
+  return (
+    `SELECT ${selectList(shape)} FROM ${shape.qualified} AS r` +
+    (where.length > 0 ? ` WHERE ${where.join(' AND ')}` : '') +
+    // Qualified: the bare name would order by the output column (the key as text).
+    ` ORDER BY r.${quoteIdent(shape.key.name)} LIMIT $1::integer`
+  );
+}
+
+/** $1 key, then one parameter per column given. Needs a unique index on the key alone. */
+export function putRow(shape: TableShape, given: readonly Column[]): string {
+  const names = [shape.key, ...given].map((c) => quoteIdent(c.name));
+  const values = [shape.key, ...given].map((c, i) => placeholder(c, i + 1));
+  const key = quoteIdent(shape.key.name);
+  // With no column given, the update still has to name one to return the row.
+  const sets =
+    given.length > 0
+      ? given.map((c) => `${quoteIdent(c.name)} = EXCLUDED.${quoteIdent(c.name)}`)
+      : [`${key} = EXCLUDED.${key}`];
+  return (
+    `INSERT INTO ${shape.qualified} AS t (${names.join(', ')}) VALUES (${values.join(', ')}) ` +
+    `ON CONFLICT (${key}) DO UPDATE SET ${sets.join(', ')} RETURNING ${selectList(shape)}`
+  );
+}
+
+/** $1 key, then one parameter per column given; with none, reads the row locked. */
+export function patchRow(shape: TableShape, given: readonly Column[]): string {
+  const key = quoteIdent(shape.key.name);
+  if (given.length === 0) return `${getRow(shape)} FOR UPDATE`;
+  const sets = given.map((c, i) => `${quoteIdent(c.name)} = ${placeholder(c, i + 2)}`);
+  return `UPDATE ${shape.qualified} SET ${sets.join(', ')} WHERE ${key} = ${placeholder(shape.key, 1)} RETURNING ${selectList(shape)}`;
+}
+
+/** $1 key. */
+export function deleteRow(shape: TableShape): string {
+  return `DELETE FROM ${shape.qualified} WHERE ${quoteIdent(shape.key.name)} = ${placeholder(shape.key, 1)} RETURNING 1`;
+}

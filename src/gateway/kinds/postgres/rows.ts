@@ -1,0 +1,267 @@
+/**
+ * The runtime of one postgres upstream: one pg Pool, the column catalog of each table
+ * (read once, dropped on any error touching the table), the fence table (created on
+ * first use), and the row operations. A fenced write is one transaction:
+ * compare-and-set the lock's fence row (which stays locked until commit), write the
+ * row, commit; a stale token rolls back. So the check is atomic with the write and
+ * holds with any number of gateway processes.
+ */
+import pg from 'pg';
+import { ProblemError } from '../../../errors.js';
+import { withRetries } from '../../../store/sql/driver.js';
+import { formatToken, type FencingToken } from '../../../tokens.js';
+import { categoryOf, decode, type Column } from './codec.js';
+import { classifyDbError } from './refusals.js';
+import { checkKey, checkListQuery, checkRow, type Checked } from './row-input.js';
+import * as sql from './rows-sql.js';
+import type { TableShape } from './rows-sql.js';
+import type { PostgresRouteSettings, PostgresUpstreamSettings } from './settings.js';
+import { statementsFor, type ColumnRow, type HighestRow, type Statements } from './statements.js';
+
+const CONNECT_TIMEOUT_MS = 2000;
+const STATEMENT_TIMEOUT_MS = 5000;
+const QUERY_TIMEOUT_MS = 7000;
+const IDLE_IN_TX_TIMEOUT_MS = 10_000;
+const POOL_SIZE = 20;
+
+export interface Fence {
+  lock: string;
+  token: FencingToken;
+}
+
+export type RowOp =
+  | { op: 'get'; key: string }
+  | { op: 'list'; query: string }
+  | { op: 'put'; key: string; body: unknown; fence: Fence | null }
+  | { op: 'patch'; key: string; body: unknown; fence: Fence | null }
+  | { op: 'delete'; key: string; fence: Fence | null };
+
+export type RowOutcome =
+  { ok: true; status: 200; body: unknown } | { ok: true; status: 204 } | { ok: false; problem: ProblemError };
+
+export interface RowsLog {
+  warn(obj: object, msg: string): void;
+  error(obj: object, msg: string): void;
+}
+
+/** Thrown inside a transaction to roll it back with an answer (stale, not found). */
+class Answer {
+  constructor(readonly outcome: RowOutcome) {}
+}
+
+export class PostgresRows {
+  private readonly pool: pg.Pool;
+  private readonly q: Statements;
+  private readonly tables = new Map<string, Promise<ReadonlyMap<string, Column>>>();
+  private fenceReady: Promise<void> | null = null;
+
+  constructor(
+    readonly name: string,
+    readonly settings: PostgresUpstreamSettings,
+    private readonly log: RowsLog,
+  ) {
+    this.q = statementsFor(settings.fenceSchema);
+    this.pool = new pg.Pool({
+      connectionString: settings.connectionString,
+      max: POOL_SIZE,
+      connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+      statement_timeout: STATEMENT_TIMEOUT_MS,
+      query_timeout: QUERY_TIMEOUT_MS,
+      idle_in_transaction_session_timeout: IDLE_IN_TX_TIMEOUT_MS,
+      application_name: 'fencegate',
+      // Timestamps are printed in UTC (to_json of a timestamptz follows TimeZone).
+      options: '-c TimeZone=UTC',
+    });
+    // An idle client's connection failing is reported here; the next use reconnects.
+    this.pool.on('error', (err) =>
+      this.log.warn({ err, upstream: name }, 'postgres upstream: idle connection lost'),
+    );
+  }
+
+  async execute(route: PostgresRouteSettings, op: RowOp): Promise<RowOutcome> {
+    const tableKey = sql.qualifiedName(route.table);
+    try {
+      const shape = await this.shape(route);
+      if (!shape.ok) return shape;
+      return await this.run(shape.value, op);
+    } catch (err) {
+      if (err instanceof Answer) return err.outcome;
+      this.tables.delete(tableKey);
+      const c = classifyDbError(err, this.name);
+      if (c.kind === 'bug') throw err;
+      if (c.kind === 'misconfigured')
+        this.log.error(
+          { err, upstream: this.name, table: tableKey },
+          'postgres upstream: table does not match the policy',
+        );
+      else if (c.kind === 'unavailable')
+        this.log.warn(
+          { err, upstream: this.name, where: this.settings.where },
+          'postgres upstream unavailable',
+        );
+      return { ok: false, problem: c.problem };
+    }
+  }
+
+  private async run(shape: TableShape, op: RowOp): Promise<RowOutcome> {
+    if (op.op === 'list') {
+      const q = checkListQuery(shape, op.query);
+      if (!q.ok) return q;
+      const rows = await this.query(sql.listRows(shape, q.value.filters), [
+        String(q.value.limit),
+        ...q.value.params,
+      ]);
+      return { ok: true, status: 200, body: rows.map((r) => toJson(shape, r)) };
+    }
+    const key = checkKey(shape, op.key);
+    if (!key.ok) return key;
+    if (op.op === 'get') {
+      const rows = await this.query(sql.getRow(shape), [key.value]);
+      return rows[0] === undefined
+        ? notFound(op.key)
+        : { ok: true, status: 200, body: toJson(shape, rows[0]) };
+    }
+    let text: string;
+    let params: (string | null)[];
+    if (op.op === 'delete') {
+      text = sql.deleteRow(shape);
+      params = [key.value];
+    } else {
+      const row = checkRow(shape, op.body, key.value);
+      if (!row.ok) return row;
+      text = op.op === 'put' ? sql.putRow(shape, row.value.given) : sql.patchRow(shape, row.value.given);
+      params = [key.value, ...row.value.params];
+    }
+    if (op.fence !== null) await this.ensureFenceTable();
+    const fence = op.fence;
+    return this.transaction(async (client) => {
+      if (fence !== null) await this.compareAndSet(client, fence);
+      const rows = (await client.query<unknown[]>({ text, values: params, rowMode: 'array' })).rows;
+      if (rows[0] === undefined) throw new Answer(notFound(op.key));
+      return op.op === 'delete'
+        ? { ok: true, status: 204 }
+        : { ok: true, status: 200, body: toJson(shape, rows[0]) };
+    });
+  }
+
+  private async compareAndSet(client: pg.PoolClient, fence: Fence): Promise<void> {
+    const token = formatToken(fence.token);
+    const raised = await client.query<HighestRow>(this.q.fence_cas, [fence.lock, token]);
+    if (raised.rows.length > 0) return;
+    const highest = (await client.query<HighestRow>(this.q.fence_highest, [fence.lock])).rows[0]?.highest;
+    throw new Answer({
+      ok: false,
+      problem: new ProblemError('stale-token', `token ${token} is below the highest written for this lock`, {
+        lock: fence.lock,
+        token,
+        highest,
+      }),
+    });
+  }
+
+  /** One READ COMMITTED transaction, retried on serialization failure or deadlock. */
+  private transaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    return withRetries(async () => {
+      const client = await this.pool.connect();
+      let broken: unknown = undefined;
+      try {
+        await client.query('BEGIN');
+        const out = await fn(client);
+        await client.query('COMMIT');
+        return out;
+      } catch (err) {
+        try {
+          await client.query('ROLLBACK');
+        } catch (rollbackErr) {
+          broken = rollbackErr;
+        }
+        throw err;
+      } finally {
+        client.release(broken instanceof Error ? broken : undefined);
+      }
+    });
+  }
+
+  private async query(text: string, values: (string | null)[]): Promise<unknown[][]> {
+    return (await this.pool.query<unknown[]>({ text, values, rowMode: 'array' })).rows;
+  }
+
+  /** The route's table shape from the (cached) catalog; a missing column is a refusal of the config. */
+  private async shape(route: PostgresRouteSettings): Promise<Checked<TableShape>> {
+    const qualified = sql.qualifiedName(route.table);
+    let cols = this.tables.get(qualified);
+    if (cols === undefined) {
+      cols = this.readColumns(qualified);
+      this.tables.set(qualified, cols);
+    }
+    const byName = await cols;
+    const missing = [route.key, ...route.columns].filter((c) => !byName.has(c));
+    if (byName.size === 0 || missing.length > 0) {
+      this.tables.delete(qualified);
+      const what =
+        byName.size === 0
+          ? `table ${qualified} not found`
+          : `columns ${missing.join(', ')} not in ${qualified}`;
+      this.log.error({ upstream: this.name, table: qualified, missing }, `postgres upstream: ${what}`);
+      return {
+        ok: false,
+        problem: new ProblemError(
+          'upstream-unavailable',
+          `the table does not match the policy; see the gateway log`,
+          {
+            upstream: this.name,
+          },
+        ),
+      };
+    }
+    const col = (n: string): Column => byName.get(n) as Column;
+    return { ok: true, value: { qualified, key: col(route.key), columns: route.columns.map(col) } };
+  }
+
+  private async readColumns(qualified: string): Promise<ReadonlyMap<string, Column>> {
+    const rows = (await this.pool.query<ColumnRow>(this.q.table_columns, [qualified])).rows;
+    return new Map(
+      rows.map((r) => [
+        r.name,
+        { name: r.name, sqlType: r.sql_type, baseType: r.base_type, category: categoryOf(r.base_type) },
+      ]),
+    );
+  }
+
+  /** Creates the fence schema and table once (under an advisory lock: gateways start together). */
+  private ensureFenceTable(): Promise<void> {
+    this.fenceReady ??= (async () => {
+      const table = `${this.settings.fenceSchema.replace(/"/g, '""')}`;
+      const present = await this.pool.query<{ present: boolean }>(this.q.fence_table, [`"${table}".fences`]);
+      if (present.rows[0]?.present === true) return;
+      await this.transaction(async (client) => {
+        await client.query(this.q.fence_ddl_lock, [this.settings.fenceSchema]);
+        await client.query(this.q.fence_ddl);
+      });
+    })().catch((err: unknown) => {
+      this.fenceReady = null;
+      throw err;
+    });
+    return this.fenceReady;
+  }
+
+  async close(): Promise<void> {
+    await this.pool.end();
+  }
+}
+
+function notFound(key: string): RowOutcome {
+  return {
+    ok: false,
+    problem: new ProblemError('row-not-found', `no row has the key ${JSON.stringify(key)}`),
+  };
+}
+
+/** A row selected as [key, ...columns] text → a JSON object (no prototype: column names are user-chosen). */
+function toJson(shape: TableShape, row: unknown[]): Record<string, unknown> {
+  const out = Object.create(null) as Record<string, unknown>;
+  [shape.key, ...shape.columns].forEach((c, i) => {
+    out[c.name] = decode(c, (row[i] ?? null) as string | null);
+  });
+  return out;
+}
