@@ -4,7 +4,8 @@
  * segments) or `*name` (the same, captured as parameter `name`: the further segments,
  * each percent-decoded once, joined with `/`; '' when there are none). Request paths
  * are normalised before matching (see splitRequestPath), in the direction that keeps
- * fencing on: variants an upstream would likely treat as the same resource (`/orders//42/`, `/%6Frders/42`) match the same route.
+ * fencing on: variants an upstream would likely treat as the same resource
+ * (`/orders//42/`, `/%6Frders/42`) match the same route.
  */
 export type Segment = { kind: 'literal'; value: string } | { kind: 'param'; name: string };
 
