@@ -77,7 +77,7 @@ describe('S3 operation classifier', () => {
     (target) => {
       expect(op('POST', target)).toMatchObject({
         kind: 'refuse',
-        problem: { code: 's3-unsupported', status: 400 },
+        problem: { code: 'request-unfenceable', status: 400 },
       });
     },
   );

@@ -87,7 +87,7 @@ describe('S3 locks on a route', () => {
   ])('%s %s (the bucket itself) is refused: its lock would have an empty key', (method, target) => {
     expect(writes(invoices, method, target)).toMatchObject({
       kind: 'refuse',
-      problem: { code: 's3-bucket-write', status: 400 },
+      problem: { code: 'bucket-write', status: 400 },
     });
   });
 
@@ -138,7 +138,7 @@ describe('S3 locks on a route', () => {
     ])('refuses the whole request for one key with %s', (_what, keys) => {
       expect(bodyLocks(writes(invoices, 'POST', '/invoices?delete'), keys)).toMatchObject({
         kind: 'refuse',
-        problem: { code: 's3-delete-objects', status: 400 },
+        problem: { code: 'delete-objects-invalid', status: 400 },
       });
     });
 
@@ -147,7 +147,7 @@ describe('S3 locks on a route', () => {
       if (set.kind !== 'needs-body') throw new Error('expected needs-body');
       expect(set.locks(new TextEncoder().encode('<Delete/>'))).toMatchObject({
         kind: 'refuse',
-        problem: { code: 's3-delete-objects' },
+        problem: { code: 'delete-objects-invalid' },
       });
       expect(
         writes(invoices, 'POST', '/invoices?delete', { 'content-length': String(1024 * 1024 + 1) }),
@@ -164,7 +164,7 @@ describe('S3 locks on a route', () => {
     ])('refuses a body it cannot read as sent: %o', (headers) => {
       expect(writes(invoices, 'POST', '/invoices?delete', headers)).toMatchObject({
         kind: 'refuse',
-        problem: { code: 's3-unsupported' },
+        problem: { code: 'request-unfenceable' },
       });
     });
   });

@@ -52,7 +52,7 @@ export function queryNames(query: string): Set<string> | null {
   return names;
 }
 
-function refuse(code: 's3-unsupported' | 'bad-request', detail: string): S3Operation {
+function refuse(code: 'request-unfenceable' | 'bad-request', detail: string): S3Operation {
   return { kind: 'refuse', problem: new ProblemError(code, detail) };
 }
 
@@ -70,7 +70,7 @@ export function classifyS3(req: S3Request): S3Operation {
   if (method === 'POST' && names.has('delete')) {
     if (scope !== 'bucket') {
       return refuse(
-        's3-unsupported',
+        'request-unfenceable',
         'POST ?delete (DeleteObjects) is addressed to a bucket (/bucket?delete), not to an object or the root',
       );
     }

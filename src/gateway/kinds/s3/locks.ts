@@ -7,7 +7,7 @@
  *   except that a lock built from an empty final capture (`/invoices/*key` on
  *   `/invoices`: a bucket-level write such as CreateBucket, DeleteBucket, a bucket policy
  *   or a browser form upload whose key is in the body) is refused with 400
- *   `s3-bucket-write`: that lock would fence no object. A route without a lock may
+ *   `bucket-write`: that lock would fence no object. A route without a lock may
  *   declare such writes (an earlier, unfenced route for `/invoices`);
  * - DeleteObjects needs its body: each key is placed where PutObject of that key would
  *   put it (`/bucket/<key>`), matched against the route's own pattern and rendered with
@@ -57,7 +57,7 @@ export function s3Writes(route: CompiledRoute, req: S3WritesInput): S3WriteSet {
       const usesRest = rest !== null && template.parts.some((p) => p.kind === 'param' && p.name === rest);
       if (usesRest && (req.params[rest] ?? '') === '') {
         return refuse(
-          's3-bucket-write',
+          'bucket-write',
           `${op.name}: route "${route.name}" fences objects by "{${rest}}", which is empty here ` +
             '(a write to the bucket itself); declare such writes on a route without a lock',
         );
@@ -68,7 +68,7 @@ export function s3Writes(route: CompiledRoute, req: S3WritesInput): S3WriteSet {
     }
     case 'delete-objects': {
       const framing = unsupportedFraming(req.rawHeaders);
-      if (framing !== null) return refuse('s3-unsupported', `DeleteObjects: ${framing}`);
+      if (framing !== null) return refuse('request-unfenceable', `DeleteObjects: ${framing}`);
       const length = contentLength(req.rawHeaders);
       if (length !== null && length > DELETE_OBJECTS_MAX_BYTES) {
         return refuse(
@@ -87,7 +87,7 @@ export function s3Writes(route: CompiledRoute, req: S3WritesInput): S3WriteSet {
 }
 
 function refuse(
-  code: 's3-bucket-write' | 's3-unsupported' | 'invalid-key' | 'payload-too-large',
+  code: 'bucket-write' | 'request-unfenceable' | 'invalid-key' | 'payload-too-large',
   detail: string,
 ) {
   return { kind: 'refuse' as const, problem: new ProblemError(code, detail) };
@@ -139,13 +139,16 @@ export function deleteObjectsLocks(
   if (!parsed.ok) {
     return parsed.tooLarge === true
       ? refuse('payload-too-large', `DeleteObjects: ${parsed.reason}`)
-      : { kind: 'refuse', problem: new ProblemError('s3-delete-objects', `DeleteObjects: ${parsed.reason}`) };
+      : {
+          kind: 'refuse',
+          problem: new ProblemError('delete-objects-invalid', `DeleteObjects: ${parsed.reason}`),
+        };
   }
   const locks = new Set<string>();
   for (const key of parsed.keys) {
     const bad = (why: string) => ({
       kind: 'refuse' as const,
-      problem: new ProblemError('s3-delete-objects', `DeleteObjects: key ${JSON.stringify(key)} ${why}`),
+      problem: new ProblemError('delete-objects-invalid', `DeleteObjects: key ${JSON.stringify(key)} ${why}`),
     });
     const segments = keySegments(key);
     if (typeof segments === 'string')
