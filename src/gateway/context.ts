@@ -13,15 +13,24 @@ export type FenceMode =
   /** Shadow route, the token would have been admitted. */
   | 'shadow-admitted'
   /** Shadow route, the request would have been refused; forwarded anyway. */
-  | 'shadow-refused';
+  | 'shadow-refused'
+  /** The route's kind checks the token inside the resource (the store judged it genuine). */
+  | 'resource';
 
 export interface FenceOutcome {
   mode: FenceMode;
+  /** The (first, in canonical order) lock written; null when it could not be rendered. */
   lock: string | null;
+  /** Every lock the request writes, in canonical order. */
+  locks: readonly string[];
   /** The presented token when it parsed; forwarded to the upstream as Fencing-Token. */
   token: FencingToken | null;
-  /** The in-flight entry to finish once the upstream answered (enforced routes only). */
-  entry: InflightEntry | null;
+  /**
+   * In-flight entries (one per lock) to finish once the upstream answered; only for
+   * admissions recorded in the lock store (enforced, gateway-fenced kinds). All belong to
+   * one gateway session.
+   */
+  entries: readonly InflightEntry[];
 }
 
 export interface GatewayRequestState {

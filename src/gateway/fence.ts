@@ -17,9 +17,10 @@ import { awaitDrain, type DrainOutcome } from './drain.js';
 import { InflightEntry } from './inflight.js';
 import type { SessionObserver } from './observer.js';
 import { sendProblem } from './problems.js';
-import type { GatewaySessions, SessionLease } from './session.js';
+import { sessionLapsed, type GatewaySessions, type SessionLease } from './session.js';
 import type { StoreGuard } from './store-guard.js';
-import { decide, fenceUnavailable } from './verdict.js';
+import { kindFor } from './kinds/index.js';
+import { decide, fenceUnavailable, type Verdict } from './verdict.js';
 
 export interface FenceOptions {
   guard: StoreGuard;
@@ -77,7 +78,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     metrics.drainWaitSeconds.observe({ outcome: label }, (performance.now() - started) / 1000);
     if (outcome === 'cleared') return null;
     if (outcome instanceof ProblemError) return outcome;
-    if (outcome === 'lapsed') return sessionLapsed(lock, token);
+    if (outcome === 'lapsed') return sessionLapsed(lock);
     const detail =
       outcome === 'aborted'
         ? 'the client went away at the drain barrier'
@@ -114,59 +115,115 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     fencing: FencingSettings,
   ): Promise<FastifyReply | undefined> {
     const { route, params } = state.match;
+    const kind = kindFor(route.upstream.kind);
+    if (kind === null) throw new Error(`route "${route.name}" has an upstream of unknown kind`);
+    const url = request.raw.url ?? '/';
+    const q = url.indexOf('?');
+    const writes = kind.writes(route, {
+      method: request.method,
+      path: state.path,
+      query: q < 0 ? '' : url.slice(q + 1),
+      rawHeaders: request.raw.rawHeaders,
+      params,
+    });
+    if (writes.kind === 'read') return undefined;
+    if (writes.kind === 'refuse') {
+      const refusal = {
+        problem: writes.problem,
+        reason: 'malformed' as const,
+        lock: '',
+        token: null,
+        highest: null,
+      };
+      record(request, state, refusal, fencing.enforce);
+      if (fencing.enforce) return sendProblem(reply, writes.problem);
+      state.fence = { mode: 'shadow-refused', lock: null, locks: [], token: null, entries: [] };
+      return undefined;
+    }
+    // Canonical order: two requests writing overlapping sets admit them in the same order.
+    const locks = [...new Set(writes.locks)].sort();
+    const inGateway = kind.fenceAt === 'gateway';
+    const recording = fencing.enforce && inGateway;
 
     // The AbortController is made only for a request that waits at the barrier: aborting
     // one builds a DOMException (with a stack), too costly to do on every response.
     let clientGone = false;
     let gone: AbortController | null = null;
-    let entry: InflightEntry | null = null;
+    const entries: InflightEntry[] = [];
     reply.raw.once('close', () => {
       clientGone = true;
       gone?.abort();
-      entry?.clientClosed();
+      for (const e of entries) e.clientClosed();
     });
 
-    // An enforced write is admitted under this process's gateway session; without a
+    // An admission that records is made under this process's gateway session; without a
     // valid one (the store has not answered a beat in time) nothing is admitted.
-    const lease = fencing.enforce ? sessions.current() : null;
-    const verdict = await decide({
-      route: { ...route, fencing },
-      params,
-      raw: request.raw,
-      requestId: request.id,
-      session: lease?.id ?? '',
-      guard,
-      noSession: fencing.enforce && lease === null,
-    });
-
-    if (!verdict.ok) {
-      record(request, state, verdict, fencing.enforce);
-      if (fencing.enforce) return sendProblem(reply, verdict.problem);
-      state.fence = { mode: 'shadow-refused', lock: verdict.lock, token: verdict.token, entry: null };
-      return undefined;
+    const lease = recording ? sessions.current() : null;
+    const admitted: Extract<Verdict, { ok: true }>[] = [];
+    for (const lock of locks) {
+      const verdict = await decide({
+        route: { ...route, fencing },
+        lock,
+        record: recording,
+        raw: request.raw,
+        requestId: request.id,
+        session: lease?.id ?? '',
+        guard,
+        noSession: recording && lease === null,
+      });
+      if (!verdict.ok) {
+        // All or nothing: the locks admitted so far are released (their fences stay raised,
+        // which only ever refuses older tokens).
+        for (const e of entries) e.finish();
+        record(request, state, verdict, fencing.enforce);
+        if (fencing.enforce) return sendProblem(reply, verdict.problem);
+        state.fence = {
+          mode: 'shadow-refused',
+          lock: verdict.lock,
+          locks,
+          token: verdict.token,
+          entries: [],
+        };
+        return undefined;
+      }
+      admitted.push(verdict);
+      if (recording && lease !== null) {
+        const entry = new InflightEntry(lease, () => void guard.finish(lock, request.id));
+        if (clientGone) entry.clientClosed(); // finished: it will not be forwarded
+        entries.push(entry);
+      }
     }
-    const { lock, token } = verdict;
+    const first = admitted[0];
+    if (first === undefined) return undefined; // a write set without locks: nothing to fence
+    const token = first.token;
     if (!fencing.enforce) {
       metrics.admittedWrites.inc({ route: route.name });
-      state.fence = { mode: 'shadow-admitted', lock, token, entry: null };
+      state.fence = { mode: 'shadow-admitted', lock: first.lock, locks, token, entries: [] };
       return undefined;
     }
-
+    if (!inGateway) {
+      // The kind compares-and-sets inside the resource; the store judged issued/lease only.
+      metrics.admittedWrites.inc({ route: route.name });
+      state.fence = { mode: 'resource', lock: first.lock, locks, token, entries: [] };
+      return undefined;
+    }
     if (lease === null) throw new Error('an enforced admission without a gateway session');
-    entry = new InflightEntry(lease, () => void guard.finish(lock, request.id));
-    if (clientGone) entry.clientClosed(); // finished: the proxy will not forward it
-    if (!lease.valid && !entry.finished) {
-      // The admission outlived this process's session: its entry may no longer count.
-      entry.finish();
-      const problem = sessionLapsed(lock, token);
-      record(request, state, { ...verdict, problem, reason: 'unavailable' }, true);
+    const finishAll = () => {
+      for (const e of entries) e.finish();
+    };
+    if (!lease.valid && !clientGone) {
+      // The admission outlived this process's session: its entries may no longer count.
+      finishAll();
+      const problem = sessionLapsed(first.lock);
+      record(request, state, { ...first, problem, reason: 'unavailable' }, true);
       return sendProblem(reply, problem);
     }
-    if (verdict.lowerInflight > 0 && !entry.finished) {
-      gone = new AbortController();
-      const barrier = await passBarrier(lease, lock, token, fencing, gone.signal);
+    for (const verdict of admitted) {
+      if (verdict.lowerInflight === 0 || clientGone) continue;
+      gone ??= new AbortController();
+      const barrier = await passBarrier(lease, verdict.lock, token, fencing, gone.signal);
       if (barrier !== null) {
-        entry.finish();
+        finishAll();
         // A client that went away gets no event; the reply goes nowhere but must not reach the proxy.
         if (!clientGone) {
           record(request, state, { ...verdict, problem: barrier, reason: 'unavailable' }, true);
@@ -175,19 +232,9 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
       }
     }
     metrics.admittedWrites.inc({ route: route.name });
-    state.fence = { mode: 'admitted', lock, token, entry };
+    state.fence = { mode: 'admitted', lock: first.lock, locks, token, entries };
     return undefined;
   }
-}
-
-/** 503 for a write whose gateway session stopped being valid before it could be forwarded. */
-export function sessionLapsed(lock: string, token: FencingToken): ProblemError {
-  return new ProblemError(
-    'fence-unavailable',
-    'this gateway lost its session with the fence store before the write could be forwarded',
-    { lock, token },
-    { headers: { 'retry-after': '1' } },
-  );
 }
 
 export const fencePlugin = fp(fence, {

@@ -20,7 +20,7 @@ import type { IncomingMessage } from 'node:http';
 import { Transform, type TransformCallback } from 'node:stream';
 import { ProblemError } from '../errors.js';
 import type { Metrics } from '../observe/metrics.js';
-import type { SessionLease } from './session.js';
+import { sessionLapsed, type SessionLease } from './session.js';
 
 export type CutReason = 'body-idle' | 'upload-time' | 'upstream-late' | 'session-lapsed';
 
@@ -206,20 +206,7 @@ function problemFor(reason: CutReason, s: GuardSettings, sent = false): ProblemE
         { upstream: s.upstream },
       );
     case 'session-lapsed':
-      if (sent) {
-        return new ProblemError(
-          'forward-interrupted',
-          'this gateway lost its session with the fence store while forwarding and cut the request; ' +
-            'the upstream may or may not have applied it',
-          s.lock === null ? {} : { lock: s.lock },
-        );
-      }
-      return new ProblemError(
-        'fence-unavailable',
-        'this gateway lost its session with the fence store while forwarding; the write was cut',
-        s.lock === null ? {} : { lock: s.lock },
-        { headers: { 'retry-after': '1' } },
-      );
+      return sessionLapsed(s.lock, sent);
   }
 }
 

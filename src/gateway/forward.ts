@@ -1,15 +1,12 @@
 /**
- * Forwarding with @fastify/http-proxy (reply-from over undici). One catch-all route;
- * the target comes from the route matched per request. Bodies are never parsed or
- * buffered: http-proxy's pass-through content parser hands the request stream to
- * undici as is. Request headers are cleaned before the gateway adds its own.
+ * Forwarding to an HTTP upstream with @fastify/reply-from over undici, for the kinds
+ * that speak HTTP (http, s3). Bodies are never parsed or buffered: the pass-through
+ * content parser (serve.ts) hands the request stream to undici as is. Request headers
+ * are cleaned before the gateway adds its own.
  */
-import httpProxy from '@fastify/http-proxy';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import fp from 'fastify-plugin';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { IncomingHttpHeaders } from 'node:http';
 import { ProblemError } from '../errors.js';
-import { HTTP_METHODS } from '../policy/index.js';
 import type { GatewayRequestState } from './context.js';
 import {
   FENCING_TOKEN,
@@ -19,18 +16,12 @@ import {
   type Headers,
 } from './headers.js';
 import { sendContinue } from './continue.js';
-import { sessionLapsed } from './fence.js';
+import { sessionLapsed } from './session.js';
 import { ForwardGuard, type ForwardCutError } from './forward-guard.js';
-import type { Metrics } from '../observe/metrics.js';
+import type { KindEnvironment } from './kinds/types.js';
 import { sendProblem } from './problems.js';
 import { upstreamProblem } from './upstream-errors.js';
-import { attachScope, type ForwardScope, type UpstreamPool } from './upstreams.js';
-
-export interface ForwardOptions {
-  pool: UpstreamPool;
-  trustProxy: boolean;
-  metrics: Metrics;
-}
+import { attachScope, type ForwardScope } from './upstreams.js';
 
 /** The request headers the upstream receives. */
 export function upstreamRequestHeaders(
@@ -75,101 +66,106 @@ function sendCut(reply: FastifyReply, problem: ProblemError): FastifyReply {
   return sendProblem(reply, problem);
 }
 
-async function forward(app: FastifyInstance, opts: ForwardOptions): Promise<void> {
-  const { pool, trustProxy, metrics } = opts;
-
-  function handler(request: FastifyRequest, reply: FastifyReply): unknown {
-    const state = request.fencegate;
-    if (state === null) throw new Error('request reached the proxy without a route');
-    const { route } = state.match;
-    const { upstream } = route;
-    const fence = state.fence;
-    const entry = fence?.entry ?? null;
-    // An admitted write whose entry is already finished (the client left first) must not
-    // reach the upstream untracked: a higher token would no longer wait for it.
-    if (entry?.finished) {
-      throw new ProblemError('fence-unavailable', 'the client went away before the write was forwarded');
-    }
-    // Nor may one whose gateway session lapsed since it was admitted (its entry may no
-    // longer count for other gateways).
-    if (entry !== null && fence !== null && fence.token !== null && !entry.lease.valid) {
-      entry.finish();
-      throw sessionLapsed(fence.lock ?? '', fence.token);
-    }
-    const guard = new ForwardGuard(
-      {
-        upstream: upstream.name,
-        timeoutMs: upstream.timeoutMs,
-        idleTimeoutMs: route.upload.idleTimeoutMs,
-        uploadTimeoutMs: route.upload.timeoutMs,
-        lease: entry?.lease ?? null,
-        lock: fence?.lock ?? null,
-      },
-      request.raw,
-      metrics,
-      (err: ForwardCutError) => {
-        // Cut before undici started sending it: it never will, so its entry is done now.
-        entry?.upstreamSettled();
-        if (!reply.sent && !reply.raw.headersSent) sendCut(reply, err.problem);
-        else reply.raw.destroy();
-      },
-    );
-    let clientLeft = false;
-    reply.raw.once('close', () => {
-      clientLeft = !reply.raw.writableFinished;
-      guard.clientClosed();
-    });
-    // Routed, fenced and past the drain barrier: only now may a client waiting on
-    // `Expect: 100-continue` start its upload.
-    sendContinue(request.raw, reply.raw);
-    const scope: ForwardScope = {
-      upstream,
-      guard,
-      started: () => entry?.forwarding(),
-      settled: () => {
-        guard.settled();
-        entry?.upstreamSettled();
-      },
-      clientGone: () => clientLeft,
-    };
-    return reply.from(upstream.basePath + state.path, {
-      getUpstream: () => upstream.origin,
-      rewriteRequestHeaders: (_req, headers) =>
-        attachScope(
-          upstreamRequestHeaders(request, state, headers as Headers, trustProxy),
-          scope,
-        ) as IncomingHttpHeaders,
-      rewriteHeaders: (headers) => stripResponseHeaders(headers as Headers) as IncomingHttpHeaders,
-      retryDelay: () => null,
-      onError: (errReply, { error }) => {
-        request.log.warn({ err: error, upstream: upstream.name }, 'upstream request failed');
-        if (errReply.sent || reply.raw.destroyed) return;
-        sendCut(
-          errReply as FastifyReply,
-          upstreamProblem(error, upstream.name, pool.retryAfterSeconds(upstream)),
-        );
-      },
-    });
-  }
-
-  // No body is ever parsed: fastify's built-in text/plain parser would buffer (and cap) the
-  // body before the preHandler runs. http-proxy adds pass-through parsers for the rest.
-  app.removeAllContentTypeParsers();
-  await app.register(httpProxy, {
-    upstream: '',
-    httpMethods: [...HTTP_METHODS],
-    undici: pool.dispatcher as never,
-    disableCache: true,
-    disableRequestLogging: true,
-    internalRewriteLocationHeader: false,
-    retryMethods: [],
-    replyOptions: { getUpstream: (request) => request.fencegate?.match.route.upstream.origin ?? '' },
-    handler: (request, reply) => handler(request, reply),
-  });
+/** How a kind wants a request forwarded (the http kind: the defaults). */
+export interface ForwardSettings {
+  /**
+   * Keep the request line's path and query exactly as received and the client's Host
+   * header (a signed request must reach its upstream as signed). Default: the upstream's
+   * base path + the routed path, and the upstream's host.
+   */
+  asSent?: boolean;
 }
 
-export const forwardPlugin = fp(forward, {
-  name: 'fencegate-forward',
-  fastify: '5.x',
-  dependencies: ['fencegate-routing', 'fencegate-fence'],
-});
+/**
+ * Forwards a routed request (admitted, when fenced) to its HTTP upstream through the
+ * shared pool: the forward guard bounds it and refuses to send it once its gateway
+ * session lapsed; its in-flight entries finish when the upstream settles.
+ */
+export function forwardHttp(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  state: GatewayRequestState,
+  env: KindEnvironment,
+  settings: ForwardSettings,
+): unknown {
+  const { pool, trustProxy, metrics } = env;
+  const { route } = state.match;
+  const { upstream } = route;
+  const fence = state.fence;
+  const entries = fence?.entries ?? [];
+  const lease = entries[0]?.lease ?? null;
+  // An admitted write whose entry is already finished (the client left first) must not
+  // reach the upstream untracked: a higher token would no longer wait for it.
+  if (entries.some((e) => e.finished)) {
+    for (const e of entries) e.finish();
+    throw new ProblemError('fence-unavailable', 'the client went away before the write was forwarded');
+  }
+  // Nor may one whose gateway session lapsed since it was admitted (its entries may no
+  // longer count for other gateways).
+  if (lease !== null && fence !== null && fence.token !== null && !lease.valid) {
+    for (const e of entries) e.finish();
+    throw sessionLapsed(fence.lock);
+  }
+  const settled = () => {
+    for (const e of entries) e.upstreamSettled();
+  };
+  const guard = new ForwardGuard(
+    {
+      upstream: upstream.name,
+      timeoutMs: upstream.timeoutMs,
+      idleTimeoutMs: route.upload.idleTimeoutMs,
+      uploadTimeoutMs: route.upload.timeoutMs,
+      lease,
+      lock: fence?.lock ?? null,
+    },
+    request.raw,
+    metrics,
+    (err: ForwardCutError) => {
+      // Cut before undici started sending it: it never will, so its entries are done now.
+      settled();
+      if (!reply.sent && !reply.raw.headersSent) sendCut(reply, err.problem);
+      else reply.raw.destroy();
+    },
+  );
+  let clientLeft = false;
+  reply.raw.once('close', () => {
+    clientLeft = !reply.raw.writableFinished;
+    guard.clientClosed();
+  });
+  // Routed, fenced and past the drain barrier: only now may a client waiting on
+  // `Expect: 100-continue` start its upload.
+  sendContinue(request.raw, reply.raw);
+  const scope: ForwardScope = {
+    upstream,
+    guard,
+    started: () => {
+      for (const e of entries) e.forwarding();
+    },
+    settled: () => {
+      guard.settled();
+      settled();
+    },
+    clientGone: () => clientLeft,
+  };
+  const asSent = settings.asSent === true;
+  // The query goes on as received (reply-from appends the raw query of the request).
+  const target = asSent ? state.path : upstream.basePath + state.path;
+  return reply.from(target, {
+    getUpstream: () => upstream.origin,
+    rewriteRequestHeaders: (_req, headers) => {
+      const out = upstreamRequestHeaders(request, state, headers as Headers, trustProxy);
+      if (asSent && request.headers.host !== undefined) out.host = request.headers.host;
+      return attachScope(out, scope) as IncomingHttpHeaders;
+    },
+    rewriteHeaders: (headers) => stripResponseHeaders(headers as Headers) as IncomingHttpHeaders,
+    retryDelay: () => null,
+    onError: (errReply, { error }) => {
+      request.log.warn({ err: error, upstream: upstream.name }, 'upstream request failed');
+      if (errReply.sent || reply.raw.destroyed) return;
+      sendCut(
+        errReply as FastifyReply,
+        upstreamProblem(error, upstream.name, pool.retryAfterSeconds(upstream)),
+      );
+    },
+  });
+}

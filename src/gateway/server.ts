@@ -11,11 +11,11 @@ import type { PolicyHolder } from '../policy/index.js';
 import type { Store } from '../store/types.js';
 import { deferContinue } from './continue.js';
 import { fencePlugin } from './fence.js';
-import { forwardPlugin } from './forward.js';
 import { SessionObserver } from './observer.js';
 import { GatewaySessions, type SessionSettings } from './session.js';
 import { errorHandler } from './problems.js';
 import { routingPlugin } from './routing.js';
+import { servePlugin } from './serve.js';
 import { StoreGuard, type StoreGuardOptions } from './store-guard.js';
 import { UpstreamPool } from './upstreams.js';
 
@@ -80,7 +80,10 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
 
   await app.register(routingPlugin, { policy: opts.policy });
   await app.register(fencePlugin, { guard, sessions, observer, metrics: opts.metrics, events: opts.events });
-  await app.register(forwardPlugin, { pool, trustProxy, metrics: opts.metrics });
+  await app.register(servePlugin, {
+    policy: opts.policy,
+    env: { log: app.log, metrics: opts.metrics, pool, trustProxy },
+  });
   return app;
 }
 

@@ -27,6 +27,7 @@
  * Entries under the old one are void; their requests are refused or cut.
  */
 import { randomUUID } from 'node:crypto';
+import { ProblemError } from '../errors.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { Store } from '../store/types.js';
 
@@ -241,4 +242,27 @@ export class GatewaySessions {
       this.unfinished.delete(k);
     }
   }
+}
+
+/**
+ * The answer to a write whose gateway session stopped being valid before it was fully
+ * sent: 503 when the upstream cannot have the whole request (it was never sent, or cut
+ * mid-body), 502 forward-interrupted when it may have it (and may apply it).
+ */
+export function sessionLapsed(lock: string | null, upstreamMayHaveIt = false): ProblemError {
+  const extra = lock === null ? {} : { lock };
+  if (upstreamMayHaveIt) {
+    return new ProblemError(
+      'forward-interrupted',
+      'this gateway lost its session with the fence store while forwarding and cut the request; ' +
+        'the upstream may or may not have applied it',
+      extra,
+    );
+  }
+  return new ProblemError(
+    'fence-unavailable',
+    'this gateway lost its session with the fence store; the write was not forwarded whole',
+    extra,
+    { headers: { 'retry-after': '1' } },
+  );
 }

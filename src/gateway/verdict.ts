@@ -1,13 +1,14 @@
 /**
- * The fence decision for one request on a fenced route, from headers alone:
- * lock from the route template, token from the Fencing-Token header, then the
- * store's atomic admission. Refusals are values (with the problem to send and the
- * reason to count), never exceptions; only the store failing throws.
+ * The fence decision for one lock of a request on a fenced route, from headers alone:
+ * the token from the Fencing-Token header, then the store's atomic admission (or, for
+ * a kind that fences inside the resource, the store's verdict without recording).
+ * Refusals are values (with the problem to send and the reason to count), never
+ * exceptions; only the store failing throws.
  */
 import type { IncomingMessage } from 'node:http';
 import { ProblemError } from '../errors.js';
 import type { FencedReason } from '../observe/metrics.js';
-import { renderLock, type CompiledRoute, type FencingSettings, type HeaderLookup } from '../policy/index.js';
+import type { CompiledRoute, FencingSettings, HeaderLookup } from '../policy/index.js';
 import type { FencingToken } from '../tokens.js';
 import { decodeHeaderUtf8, rawHeaderValues, readFencingToken } from './headers.js';
 import type { StoreGuard } from './store-guard.js';
@@ -25,7 +26,10 @@ export type Verdict =
 
 export interface VerdictInput {
   route: CompiledRoute & { fencing: FencingSettings };
-  params: Readonly<Record<string, string>>;
+  /** The lock, as the route's kind rendered it. */
+  lock: string;
+  /** False: judge only (shadow mode, or a kind that fences inside the resource). */
+  record: boolean;
   raw: IncomingMessage;
   requestId: string;
   /** The gateway session the in-flight entry will belong to ('' in shadow mode: nothing is recorded). */
@@ -36,18 +40,7 @@ export interface VerdictInput {
 }
 
 export async function decide(input: VerdictInput): Promise<Verdict> {
-  const { route, params, raw, guard } = input;
-  const template = route.lock;
-  const rendered = template === null ? null : renderLock(template, params, headerLookup(raw.rawHeaders));
-  if (rendered === null || !rendered.ok) {
-    const reason = rendered?.reason ?? 'route has no lock';
-    const problem = new ProblemError(
-      'invalid-key',
-      `cannot derive the lock for route "${route.name}": ${reason}`,
-    );
-    return { ok: false, problem, reason: 'malformed', lock: '', token: null, highest: null };
-  }
-  const lock = rendered.key;
+  const { route, lock, raw, guard } = input;
   const presented = readFencingToken(raw.rawHeaders);
   if (presented.kind === 'missing') {
     const detail = `route "${route.name}" requires a Fencing-Token header for lock "${lock}"`;
@@ -74,7 +67,7 @@ export async function decide(input: VerdictInput): Promise<Verdict> {
       check: route.fencing.check,
       requestId: input.requestId,
       session: input.session,
-      record: route.fencing.enforce,
+      record: input.record,
     });
   } catch (err) {
     return {

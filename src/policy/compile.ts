@@ -4,6 +4,7 @@
  * (across files), routes naming unknown upstreams, path syntax, lock templates
  * (syntax, unknown path parameters, forbidden headers), `fencing` without `lock`.
  */
+import { KINDS, kindFor, routeFieldsByKind } from '../gateway/kinds/index.js';
 import type { PolicyError } from './errors.js';
 import {
   createCompiledPolicy,
@@ -13,7 +14,7 @@ import {
   type CompiledUpstream,
 } from './model.js';
 import { parsePathPattern } from './path-pattern.js';
-import type { RawPolicyFile, RawRoute, RawUpstream } from './schema.js';
+import type { RawPolicyFile, RawRoute } from './schema.js';
 import type { PolicySource } from './source.js';
 import { parseLockTemplate, templateParams } from './template.js';
 
@@ -42,9 +43,19 @@ export function compilePolicy(files: readonly ValidFile[]): CompileResult {
         continue;
       }
       upstreamSeenAt.set(name, here);
-      const compiled = compileUpstream(name, raw);
-      if (typeof compiled === 'string') errors.push(source.error(['upstreams', name, 'url'], compiled));
-      else upstreams[name] = compiled;
+      const kind = kindFor(raw.kind);
+      if (kind === null) {
+        const known = Object.keys(KINDS).join(', ');
+        errors.push(
+          source.error(['upstreams', name, 'kind'], `unknown kind "${raw.kind}" (known: ${known})`),
+        );
+        continue;
+      }
+      const compiled = kind.compileUpstream(name, raw);
+      if (compiled.ok) upstreams[name] = compiled.upstream;
+      else
+        for (const e of compiled.errors)
+          errors.push(source.error(['upstreams', name, ...e.field], e.message));
     }
   }
 
@@ -116,6 +127,23 @@ function compileRoute(
     fail(['fencing'], 'fencing settings need a "lock" on the route');
   }
 
+  // Fields that belong to other kinds (a postgres `table` on an http route) are errors.
+  const kind = upstream === undefined ? null : kindFor(upstream.kind);
+  for (const [kindName, fields] of routeFieldsByKind()) {
+    if (kindName === kind?.name) continue;
+    for (const field of fields) {
+      if (raw[field] !== undefined && !kind?.routeFields.includes(field)) {
+        fail([field], `only routes of a "${kindName}" upstream take "${field}"`);
+      }
+    }
+  }
+  let target: Readonly<Record<string, unknown>> = {};
+  if (kind !== null && upstream !== undefined && path.ok) {
+    const compiled = kind.compileRoute(raw, upstream, path.pattern);
+    if (compiled.ok) target = compiled.target;
+    else for (const e of compiled.errors) fail(e.field, e.message);
+  }
+
   if (!ok || upstream === undefined || !path.ok) return null;
   const fencing =
     lock === null
@@ -126,30 +154,15 @@ function compileRoute(
           drainTimeoutMs: raw.fencing?.drainTimeoutMs ?? DEFAULTS.drainTimeoutMs,
         };
   const upload = { ...DEFAULTS.upload, ...raw.upload };
-  return { name: raw.name, methods: [...raw.methods], path: path.pattern, upstream, lock, fencing, upload };
-}
-
-function compileUpstream(name: string, raw: RawUpstream): CompiledUpstream | string {
-  let url: URL;
-  try {
-    url = new URL(raw.url);
-  } catch {
-    return `"${raw.url}" is not a valid URL`;
-  }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') return `must be an http:// or https:// URL`;
-  if (url.username !== '' || url.password !== '') return 'must not contain credentials';
-  if (url.search !== '' || url.hash !== '' || raw.url.includes('?') || raw.url.includes('#')) {
-    return 'must not contain a query or fragment';
-  }
-  const basePath = url.pathname.replace(/\/+$/, '');
   return {
-    name,
-    kind: raw.kind,
-    url: url.href,
-    origin: url.origin,
-    basePath,
-    timeoutMs: raw.timeoutMs ?? DEFAULTS.timeoutMs,
-    breaker: { ...DEFAULTS.breaker, ...raw.breaker },
+    name: raw.name,
+    methods: [...raw.methods],
+    path: path.pattern,
+    upstream,
+    lock,
+    fencing,
+    upload,
+    target,
   };
 }
 

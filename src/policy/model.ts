@@ -16,15 +16,18 @@ export interface BreakerSettings {
 
 export interface CompiledUpstream {
   readonly name: string;
-  readonly kind: 'http';
-  /** Normalised URL as written (no query, no credentials). */
+  /** The downstream kind (src/gateway/kinds): http, postgres, s3… */
+  readonly kind: string;
+  /** Normalised URL as written, without credentials (safe to log). */
   readonly url: string;
-  /** scheme://host:port */
+  /** scheme://host:port for the HTTP-speaking kinds; "" otherwise. */
   readonly origin: string;
   /** Path prefix prepended to forwarded paths: "" or e.g. "/api". */
   readonly basePath: string;
   readonly timeoutMs: number;
   readonly breaker: BreakerSettings;
+  /** Kind-specific settings, compiled by the kind (e.g. a connection string). */
+  readonly settings: Readonly<Record<string, unknown>>;
 }
 
 export interface FencingSettings {
@@ -56,6 +59,8 @@ export interface CompiledRoute {
   /** Set exactly when `lock` is set. */
   readonly fencing: FencingSettings | null;
   readonly upload: UploadSettings;
+  /** Kind-specific route settings, compiled by the upstream's kind (e.g. table, key, columns). */
+  readonly target: Readonly<Record<string, unknown>>;
 }
 
 export interface RouteMatch {

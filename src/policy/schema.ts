@@ -19,7 +19,8 @@ export interface RawBreaker {
 }
 
 export interface RawUpstream {
-  kind: 'http';
+  /** A downstream kind registered in src/gateway/kinds/index.ts (checked when compiling). */
+  kind: string;
   url: string;
   timeoutMs?: number;
   breaker?: RawBreaker;
@@ -71,7 +72,7 @@ const upstream = {
   additionalProperties: false,
   required: ['kind', 'url'],
   properties: {
-    kind: { enum: ['http'] },
+    kind: { type: 'string', minLength: 1 },
     url: { type: 'string', minLength: 1 },
     timeoutMs: ms(1, 600_000),
     breaker,

@@ -68,6 +68,11 @@ const CASES: [string, string, string][] = [
     '"*" is only allowed as the last segment',
   ],
   [
+    'unknown-kind.yaml',
+    `${BROKEN}/unknown-kind.yaml:4:11: upstreams.orders.kind: `,
+    'unknown kind "ftp" (known: http',
+  ],
+  [
     'fencing-without-lock.yaml',
     `${BROKEN}/fencing-without-lock.yaml:10:7: routes[0].fencing: `,
     'need a "lock"',

@@ -21,11 +21,27 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ProblemError } from '../../errors.js';
-import type { CompiledRoute, CompiledUpstream } from '../../policy/index.js';
+import type { Metrics } from '../../observe/metrics.js';
+import type { CompiledPolicy, CompiledRoute, CompiledUpstream } from '../../policy/model.js';
+import type { PathPattern } from '../../policy/path-pattern.js';
+import type { RawRoute, RawUpstream } from '../../policy/schema.js';
 import type { FencingToken } from '../../tokens.js';
 import type { GatewayRequestState } from '../context.js';
+import type { UpstreamPool } from '../upstreams.js';
 
-export type KindName = 'http' | 'postgres' | 's3';
+export type KindName = string;
+
+/** A policy error at a field below the upstream or route being compiled. */
+export interface FieldError {
+  field: (string | number)[];
+  message: string;
+}
+
+export type UpstreamCompileResult =
+  { ok: true; upstream: CompiledUpstream } | { ok: false; errors: FieldError[] };
+
+export type RouteCompileResult =
+  { ok: true; target: Readonly<Record<string, unknown>> } | { ok: false; errors: FieldError[] };
 
 /** What the request writes, decided from the matched route and the request's headers. */
 export type WriteSet =
@@ -56,7 +72,19 @@ export interface ResourceFence {
 export interface DownstreamKind {
   readonly name: KindName;
   readonly fenceAt: 'gateway' | 'resource';
-  /** Which locks `req` writes on `route` (a route of an upstream of this kind). */
+  /**
+   * Route fields only this kind accepts (e.g. postgres: table, key, columns). The policy
+   * schema lists every kind's fields; a route of another kind that sets one is an error.
+   */
+  readonly routeFields: readonly (keyof RawRoute)[];
+  /** Policy time: validates the upstream (URL scheme, kind settings) and compiles it. */
+  compileUpstream(name: string, raw: RawUpstream): UpstreamCompileResult;
+  /** Policy time: validates this kind's route fields against the route's path and upstream. */
+  compileRoute(raw: RawRoute, upstream: CompiledUpstream, path: PathPattern): RouteCompileResult;
+  /**
+   * Which locks `req` writes on `route`, a fenced route (with a lock) of an upstream of
+   * this kind. Routes without a lock never get here: they are plain pass-through.
+   */
   writes(route: CompiledRoute, req: KindRequest): WriteSet;
   /** Runtime for one gateway: serves requests that passed admission, then closes. */
   open(env: KindEnvironment): KindRuntime;
@@ -74,11 +102,16 @@ export interface KindRuntime {
     fences: readonly ResourceFence[],
   ): unknown;
   /** Drops runtime state of upstreams gone or changed in a reloaded policy. */
-  retain(upstreams: Readonly<Record<string, CompiledUpstream>>): void;
+  retain(policy: CompiledPolicy): void;
   close(): Promise<void>;
 }
 
 /** What the gateway gives every kind's runtime. */
 export interface KindEnvironment {
   log: { warn(obj: object, msg: string): void; error(obj: object, msg: string): void };
+  metrics: Metrics;
+  /** Upstream HTTP connections and circuit breakers, shared by the HTTP-speaking kinds. */
+  pool: UpstreamPool;
+  /** Trust X-Forwarded-* from the peer. */
+  trustProxy: boolean;
 }

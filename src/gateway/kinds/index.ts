@@ -1,0 +1,25 @@
+/**
+ * The registry of downstream kinds: one line per kind. See ./types.ts for what a kind
+ * is, and docs/adr/0006-downstream-kinds.md for what it must do to keep the promises.
+ */
+import { httpKind } from './http/index.js';
+import type { RawRoute } from '../../policy/schema.js';
+import type { DownstreamKind } from './types.js';
+
+export type { DownstreamKind, KindRuntime, KindRequest, WriteSet, ResourceFence } from './types.js';
+
+// No prototype: a policy's `kind: constructor` must not find Object.prototype members.
+export const KINDS: Readonly<Record<string, DownstreamKind>> = Object.freeze(
+  Object.assign(Object.create(null) as Record<string, DownstreamKind>, {
+    http: httpKind,
+  }),
+);
+
+export function kindFor(name: string): DownstreamKind | null {
+  return KINDS[name] ?? null;
+}
+
+/** Each kind's own route fields, for refusing them on routes of other kinds. */
+export function routeFieldsByKind(): [string, readonly (keyof RawRoute)[]][] {
+  return Object.values(KINDS).map((k) => [k.name, k.routeFields]);
+}
