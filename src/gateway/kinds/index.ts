@@ -3,6 +3,7 @@
  * is, and docs/adr/0006-downstream-kinds.md for what it must do to keep the promises.
  */
 import { httpKind } from './http/index.js';
+import { s3Kind } from './s3/index.js';
 import type { RawRoute } from '../../policy/schema.js';
 import type { DownstreamKind } from './types.js';
 
@@ -12,6 +13,7 @@ export type { DownstreamKind, KindRuntime, KindRequest, WriteSet, ResourceFence 
 export const KINDS: Readonly<Record<string, DownstreamKind>> = Object.freeze(
   Object.assign(Object.create(null) as Record<string, DownstreamKind>, {
     http: httpKind,
+    s3: s3Kind,
   }),
 );
 
