@@ -1,21 +1,26 @@
 /**
- * Route paths: `/orders/:orderId`, `/orders/*`. A pattern is a list of segments,
- * each a literal or a `:param`, optionally ending in `*` (zero or more further
- * segments). Request paths are normalised before matching (see splitRequestPath),
- * in the direction that keeps fencing on: variants an upstream would likely treat
- * as the same resource (`/orders//42/`, `/%6Frders/42`) match the same route.
+ * Route paths: `/orders/:orderId`, `/orders/*`, `/invoices/*key`. A pattern is a list of
+ * segments, each a literal or a `:param`, optionally ending in `*` (zero or more further
+ * segments) or `*name` (the same, captured as parameter `name`: the further segments,
+ * each percent-decoded once, joined with `/`; '' when there are none). Request paths
+ * are normalised before matching (see splitRequestPath), in the direction that keeps
+ * fencing on: variants an upstream would likely treat as the same resource
+ * (`/orders//42/`, `/%6Frders/42`) match the same route.
  */
 export type Segment = { kind: 'literal'; value: string } | { kind: 'param'; name: string };
 
 export interface PathPattern {
   readonly source: string;
   readonly segments: readonly Segment[];
-  /** True when the pattern ends in `*`. */
+  /** True when the pattern ends in `*` or `*name`. */
   readonly wildcard: boolean;
+  /** `name` when the pattern ends in `*name` (also listed in `params`), else null. */
+  readonly rest?: string | null;
   readonly params: readonly string[];
 }
 
 const PARAM = /^:([A-Za-z_][A-Za-z0-9_]*)$/;
+const REST = /^\*([A-Za-z_][A-Za-z0-9_]*)$/;
 // RFC 3986 pchar without "%" (patterns name decoded segments) and without ":" (parameters only).
 const LITERAL = /^[A-Za-z0-9._~!$&'()+,;=@-]+$/;
 
@@ -30,11 +35,20 @@ export function parsePathPattern(source: string): PatternParse {
   const segments: Segment[] = [];
   const params: string[] = [];
   let wildcard = false;
+  let rest: string | null = null;
   for (let i = 0; i < parts.length; i++) {
     const part = parts[i] ?? '';
     if (part === '*') {
       if (i !== parts.length - 1) return { ok: false, reason: '"*" is only allowed as the last segment' };
       wildcard = true;
+    } else if (part.startsWith('*') && REST.test(part)) {
+      if (i !== parts.length - 1)
+        return { ok: false, reason: `"${part}" is only allowed as the last segment` };
+      const name = part.slice(1);
+      if (params.includes(name)) return { ok: false, reason: `parameter "${name}" appears twice` };
+      params.push(name);
+      wildcard = true;
+      rest = name;
     } else if (part.length === 0) {
       return { ok: false, reason: 'must not contain empty segments ("//")' };
     } else if (part.startsWith(':')) {
@@ -52,7 +66,7 @@ export function parsePathPattern(source: string): PatternParse {
       segments.push({ kind: 'literal', value: part });
     }
   }
-  return { ok: true, pattern: { source, segments, wildcard, params } };
+  return { ok: true, pattern: { source, segments, wildcard, rest, params } };
 }
 
 export type RequestPath = { ok: true; segments: string[] } | { ok: false; reason: string };
@@ -111,5 +125,6 @@ export function matchPath(pattern: PathPattern, segments: readonly string[]): Re
       params[seg.name] = value;
     }
   }
+  if (pattern.rest) params[pattern.rest] = segments.slice(fixed).join('/');
   return params;
 }

@@ -4,6 +4,7 @@
  */
 import { httpKind } from './http/index.js';
 import { postgresKind } from './postgres/index.js';
+import { s3Kind } from './s3/index.js';
 import type { RawRoute } from '../../policy/schema.js';
 import type { DownstreamKind } from './types.js';
 
@@ -14,6 +15,7 @@ export const KINDS: Readonly<Record<string, DownstreamKind>> = Object.freeze(
   Object.assign(Object.create(null) as Record<string, DownstreamKind>, {
     http: httpKind,
     postgres: postgresKind,
+    s3: s3Kind,
   }),
 );
 

@@ -1,0 +1,80 @@
+/**
+ * `kind: s3`: S3-compatible object storage, path style (`/bucket/key`), behind the
+ * gateway with the client's SigV4 signature intact. Reads pass through; every write of
+ * an object (PutObject, CopyObject's destination, the multipart steps, DeleteObject,
+ * tagging/ACL changes) is fenced by the route's lock rendered from the path, so a final
+ * `*key` capture gives one lock per object (`/invoices/*key` → `invoice:{key}`). See
+ * classify.ts and locks.ts for the rules, docs/s3.md for the contract.
+ *
+ * Forwarding reuses the shared HTTP forwarder (pool, circuit breaker, forward guard,
+ * in-flight entries) with `asSent`: method, path and query byte for byte and the Host
+ * header as the client sent it, so the storage verifies the signature the client made.
+ * The gateway holds no S3 credentials.
+ *
+ * DeleteObjects (`POST /bucket?delete`) names its keys in the body. The seam decides the
+ * locks from headers only, so until it can read a bounded body before admission
+ * (locks.ts has the per-key rule ready: `needs-body`), a DeleteObjects on a fenced route
+ * is refused with 400 `request-unfenceable`: never forwarded unchecked.
+ */
+import { ProblemError } from '../../../errors.js';
+import { forwardHttp } from '../../forward.js';
+import { headerLookup } from '../../verdict.js';
+import { compileHttpUpstream } from '../http/compile.js';
+import type { DownstreamKind, UpstreamCompileResult, WriteSet } from '../types.js';
+import { s3Writes } from './locks.js';
+
+function compileS3Upstream(
+  name: string,
+  raw: Parameters<typeof compileHttpUpstream>[1],
+): UpstreamCompileResult {
+  const compiled = compileHttpUpstream(name, raw);
+  if (!compiled.ok) return compiled;
+  if (compiled.upstream.basePath !== '') {
+    return {
+      ok: false,
+      errors: [
+        {
+          field: ['url'],
+          message:
+            'an s3 upstream takes no path: requests are forwarded path-style exactly as signed (/bucket/key)',
+        },
+      ],
+    };
+  }
+  return compiled;
+}
+
+export const s3Kind: DownstreamKind = {
+  name: 's3',
+  fenceAt: 'gateway',
+  routeFields: [],
+  compileUpstream: compileS3Upstream,
+  compileRoute: () => ({ ok: true, target: {} }),
+  writes(route, req): WriteSet {
+    const set = s3Writes(route, { ...req, header: headerLookup(req.rawHeaders) });
+    switch (set.kind) {
+      case 'read':
+        return { kind: 'read' };
+      case 'write':
+        return { kind: 'write', locks: set.locks };
+      case 'refuse':
+        return set;
+      case 'needs-body':
+        return {
+          kind: 'refuse',
+          problem: new ProblemError(
+            'request-unfenceable',
+            'DeleteObjects on a fenced route is refused: this gateway cannot yet check its keys ' +
+              'before forwarding; delete the objects one by one (DeleteObject)',
+          ),
+        };
+    }
+  },
+  open(env) {
+    return {
+      serve: (request, reply, state) => forwardHttp(request, reply, state, env, { asSent: true }),
+      retain: () => undefined, // the shared pool follows the policy itself (server.ts)
+      close: async () => undefined,
+    };
+  },
+};
