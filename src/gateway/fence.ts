@@ -19,6 +19,9 @@ import type { SessionObserver } from './observer.js';
 import { sendProblem } from '../http/problems.js';
 import { sessionLapsed, type GatewaySessions, type SessionLease } from './session.js';
 import type { StoreGuard } from './store-guard.js';
+import { Readable } from 'node:stream';
+import { readBoundedBody } from '../http/body.js';
+import { sendContinue } from '../http/continue.js';
 import { kindFor } from './kinds/index.js';
 import { decide, fenceUnavailable, type Verdict } from './verdict.js';
 
@@ -119,14 +122,31 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     if (kind === null) throw new Error(`route "${route.name}" has an upstream of unknown kind`);
     const url = request.raw.url ?? '/';
     const q = url.indexOf('?');
-    const writes = kind.writes(route, {
+    let writes = kind.writes(route, {
       method: request.method,
       path: state.path,
       query: q < 0 ? '' : url.slice(q + 1),
       rawHeaders: request.raw.rawHeaders,
       params,
     });
+    if (writes.kind === 'needs-body') {
+      // The locks are in the body: read it (bounded), decide, and forward the same bytes.
+      sendContinue(request.raw, reply.raw);
+      const read = await readBoundedBody(request.raw, request.headers['content-length'], {
+        maxBytes: writes.maxBytes,
+        idleMs: route.upload.idleTimeoutMs,
+        totalMs: route.upload.timeoutMs,
+        what: `the body of a ${request.method} that names its locks`,
+      });
+      if (!read.ok) {
+        if (!request.raw.complete) reply.header('connection', 'close');
+        return sendProblem(reply, read.problem);
+      }
+      (request as { body: unknown }).body = Readable.from([read.body]);
+      writes = writes.locks(read.body);
+    }
     if (writes.kind === 'read') return undefined;
+    if (writes.kind === 'needs-body') throw new Error(`kind "${kind.name}" asked for the body twice`);
     if (writes.kind === 'refuse') {
       const refusal = {
         problem: writes.problem,
@@ -194,7 +214,13 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
       }
     }
     const first = admitted[0];
-    if (first === undefined) return undefined; // a write set without locks: nothing to fence
+    if (first === undefined) {
+      // A write that names no lock would go through unchecked: refuse it instead.
+      return sendProblem(
+        reply,
+        new ProblemError('request-unfenceable', 'this write names no lock to fence it by'),
+      );
+    }
     const token = first.token;
     if (!fencing.enforce) {
       metrics.admittedWrites.inc({ route: route.name });

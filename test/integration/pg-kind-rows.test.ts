@@ -3,7 +3,7 @@
  * every refusal is the documented problem and writes nothing.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { Readable } from 'node:stream';
+import { PassThrough, Readable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { readJsonBody } from '../../src/gateway/kinds/postgres/body.js';
 import type { Checked } from '../../src/gateway/kinds/postgres/row-input.js';
@@ -272,20 +272,28 @@ describe('postgres kind: rows', () => {
     ).toEqual({ id: '1', gone: 'here' });
   });
 
-  it('a body over the limit is 413; not JSON is 400', async () => {
+  it('a body over the limit is 413; too slow is 408; not JSON is 400', async () => {
+    const limits = { idleMs: 5000, totalMs: 10_000 };
     const big = Buffer.alloc(2 * 1024 * 1024, 'a');
-    expect(problem(await readJsonBody(Readable.from([big]), undefined))).toMatchObject({
+    expect(problem(await readJsonBody(Readable.from([big]), undefined, limits))).toMatchObject({
       status: 413,
       code: 'payload-too-large',
     });
-    expect(problem(await readJsonBody(Readable.from([]), String(big.length)))).toMatchObject({ status: 413 });
-    expect(problem(await readJsonBody(Readable.from([Buffer.from('{"a":')]), undefined))).toMatchObject({
-      status: 400,
-      code: 'invalid-row',
+    expect(problem(await readJsonBody(Readable.from([]), String(big.length), limits))).toMatchObject({
+      status: 413,
     });
-    expect(await readJsonBody(Readable.from([Buffer.from('{"a":1}')]), '7')).toEqual({
+    expect(
+      problem(await readJsonBody(Readable.from([Buffer.from('{"a":')]), undefined, limits)),
+    ).toMatchObject({ status: 400, code: 'invalid-row' });
+    expect(await readJsonBody(Readable.from([Buffer.from('{"a":1}')]), '7', limits)).toEqual({
       ok: true,
       value: { a: 1 },
+    });
+    const stalled = new PassThrough();
+    stalled.write('{"a":');
+    expect(problem(await readJsonBody(stalled, undefined, { idleMs: 100, totalMs: 10_000 }))).toMatchObject({
+      status: 408,
+      code: 'request-timeout',
     });
   });
 });

@@ -158,21 +158,40 @@ describe('kind: s3 through the gateway', () => {
     expect(await status(text('gone.txt'))).toBe(404);
   });
 
-  it('DeleteObjects on a fenced route is refused, not forwarded: nothing is deleted', async () => {
-    const t = await token('invoice:keep.txt');
-    await client.send(fenced(new PutObjectCommand({ Bucket: 'invoices', Key: 'keep.txt', Body: 'k' }), t));
-    verifier.received.length = 0;
-    const res = await status(
+  it('DeleteObjects is checked key by key, all or nothing, and forwarded as signed', async () => {
+    const put = async (key: string) => {
+      const t = await token(`invoice:${key}`);
+      await client.send(fenced(new PutObjectCommand({ Bucket: 'invoices', Key: key, Body: key }), t));
+      return t;
+    };
+    const tA = await put('del-a.txt');
+    await token('invoice:del-b.txt'); // (the memory store counts tokens per key from 1: keep b's apart)
+    await put('del-b.txt');
+    const deleteObjects = (keys: string[], t: bigint) =>
       client.send(
         fenced(
-          new DeleteObjectsCommand({ Bucket: 'invoices', Delete: { Objects: [{ Key: 'keep.txt' }] } }),
+          new DeleteObjectsCommand({ Bucket: 'invoices', Delete: { Objects: keys.map((Key) => ({ Key })) } }),
           t,
         ),
-      ),
-    );
-    expect(res).toBe(400);
+      );
+    verifier.received.length = 0;
+    // One token cannot open two objects' locks: refused as a whole (here stale for b's
+    // lock; on a real store a token of another lock is never issued for it: 403), nothing deleted.
+    expect(await status(deleteObjects(['del-a.txt', 'del-b.txt'], tA))).toBe(409);
     expect(verifier.received).toHaveLength(0);
-    expect(await text('keep.txt')).toBe('k');
+    expect(await text('del-a.txt')).toBe('del-a.txt');
+    // A newer owner took del-a.txt: the old token is stale for it.
+    const newer = await put('del-a.txt');
+    expect(await status(deleteObjects(['del-a.txt'], tA))).toBe(409);
+    expect(verifier.received.filter((r) => r.method === 'POST')).toHaveLength(0);
+    expect(await text('del-a.txt')).toBe('del-a.txt');
+    // The current owner's DeleteObjects passes, with the body and signature intact.
+    await deleteObjects(['del-a.txt'], newer);
+    const post = verifier.received.find((r) => r.method === 'POST');
+    expect(post).toMatchObject({ verdict: 'verified' });
+    expect(post?.url).toMatch(/^\/invoices\/?\?delete/);
+    expect(await status(text('del-a.txt'))).toBe(404);
+    expect(await text('del-b.txt')).toBe('del-b.txt');
   });
 
   it('a bucket-level write (empty key) is refused with 400', async () => {

@@ -50,7 +50,13 @@ export type WriteSet =
   /** Locks to fence, each rendered and valid; a write needs a token for every one. */
   | { kind: 'write'; locks: readonly string[] }
   /** Refused before admission (malformed or unsupported request); nothing moves. */
-  | { kind: 'refuse'; problem: ProblemError };
+  | { kind: 'refuse'; problem: ProblemError }
+  /**
+   * The locks are named in the body (S3 DeleteObjects): the gateway reads it whole, at
+   * most `maxBytes` and within the route's upload time limits, then asks `locks`; the
+   * same bytes are forwarded afterwards.
+   */
+  | { kind: 'needs-body'; maxBytes: number; locks(body: Buffer): WriteSet };
 
 /** The request as a kind sees it before admission: headers only, the body unread. */
 export interface KindRequest {

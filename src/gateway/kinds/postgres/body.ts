@@ -1,10 +1,11 @@
 /**
- * Reading a write's JSON body, bounded: the kind executes the write itself, so it reads
- * the body (the http kind streams it instead). Over the limit → 413 without reading
- * further; not JSON → 400 invalid-row. Nothing is written in either case.
+ * Reading a write's JSON body, bounded in size and time (http/body.ts): the kind executes
+ * the write itself, so it reads the body (the http kind streams it instead). Over the
+ * limit → 413 without reading further; too slow → 408; not JSON → 400 invalid-row.
+ * Nothing is written in any case.
  */
 import type { Readable } from 'node:stream';
-import { ProblemError } from '../../../errors.js';
+import { readBoundedBody } from '../../../http/body.js';
 import { invalidRow } from './refusals.js';
 import type { Checked } from './row-input.js';
 
@@ -14,26 +15,16 @@ export const BODY_LIMIT_BYTES = 1024 * 1024;
 export async function readJsonBody(
   stream: Readable,
   contentLength: string | undefined,
-  limit = BODY_LIMIT_BYTES,
+  limits: { maxBytes?: number; idleMs: number; totalMs: number },
 ): Promise<Checked<unknown>> {
-  const tooLarge = (): Checked<unknown> => ({
-    ok: false,
-    problem: new ProblemError('payload-too-large', `a row write's body is limited to ${limit} bytes`, {
-      limit,
-    }),
+  const read = await readBoundedBody(stream, contentLength, {
+    maxBytes: limits.maxBytes ?? BODY_LIMIT_BYTES,
+    idleMs: limits.idleMs,
+    totalMs: limits.totalMs,
+    what: "a row write's body",
   });
-  if (contentLength !== undefined && /^[0-9]+$/.test(contentLength) && Number(contentLength) > limit) {
-    return tooLarge();
-  }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of stream) {
-    const buf = typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer);
-    size += buf.length;
-    if (size > limit) return tooLarge();
-    chunks.push(buf);
-  }
-  const text = Buffer.concat(chunks).toString('utf8');
+  if (!read.ok) return read;
+  const text = read.body.toString('utf8');
   if (text.trim() === '') return { ok: false, problem: invalidRow('the body is empty; send a JSON object') };
   try {
     return { ok: true, value: JSON.parse(text) as unknown };

@@ -121,7 +121,11 @@ class PostgresRuntime implements KindRuntime {
       case 'PUT':
       case 'PATCH': {
         sendContinue(request.raw, reply.raw);
-        const body = await readJsonBody(request.raw, request.headers['content-length']);
+        const { upload } = state.match.route;
+        const body = await readJsonBody(request.raw, request.headers['content-length'], {
+          idleMs: upload.idleTimeoutMs,
+          totalMs: upload.timeoutMs,
+        });
         if (!body.ok) {
           if (!request.raw.complete) reply.header('connection', 'close');
           return sendProblem(reply, body.problem);

@@ -11,12 +11,11 @@
  * header as the client sent it, so the storage verifies the signature the client made.
  * The gateway holds no S3 credentials.
  *
- * DeleteObjects (`POST /bucket?delete`) names its keys in the body. The seam decides the
- * locks from headers only, so until it can read a bounded body before admission
- * (locks.ts has the per-key rule ready: `needs-body`), a DeleteObjects on a fenced route
- * is refused with 400 `request-unfenceable`: never forwarded unchecked.
+ * DeleteObjects (`POST /bucket?delete`) names its keys in the body: the kind asks the
+ * gateway for the body (`needs-body`, at most 1 MiB), every key's lock is the one its
+ * PutObject would be fenced by, and all of them are admitted (or the request refused)
+ * before the same bytes are forwarded.
  */
-import { ProblemError } from '../../../errors.js';
 import { forwardHttp } from '../../forward.js';
 import { headerLookup } from '../../verdict.js';
 import { compileHttpUpstream } from '../http/compile.js';
@@ -61,12 +60,12 @@ export const s3Kind: DownstreamKind = {
         return set;
       case 'needs-body':
         return {
-          kind: 'refuse',
-          problem: new ProblemError(
-            'request-unfenceable',
-            'DeleteObjects on a fenced route is refused: this gateway cannot yet check its keys ' +
-              'before forwarding; delete the objects one by one (DeleteObject)',
-          ),
+          kind: 'needs-body',
+          maxBytes: set.maxBytes,
+          locks: (body): WriteSet => {
+            const keyed = set.locks(body);
+            return keyed.kind === 'write' ? { kind: 'write', locks: keyed.locks } : keyed;
+          },
         };
     }
   },
