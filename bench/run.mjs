@@ -4,7 +4,8 @@
  *   direct upstream · bare @fastify/http-proxy · fencegate unfenced route ·
  *   fencegate fenced writes on the embedded, Postgres and Redis stores;
  * then p99 at half the bare proxy's saturation rate (bare vs fenced on Redis), and
- * the fencegate process's resident memory over a 60 s run.
+ * the fencegate process's resident memory over a 60 s run; and `kind: postgres` row writes
+ * against a raw node-postgres UPDATE loop (bench/postgres-kind.mjs).
  * Prints a table and writes bench/RESULTS.md. Loopback only; every run is bounded.
  *
  * Env: BENCH_SECONDS (saturation runs, default 10), BENCH_SOAK_SECONDS (default 60),
@@ -20,6 +21,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { paced } from './paced.mjs';
+import { benchPostgresKind } from './postgres-kind.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
@@ -288,6 +290,19 @@ routes:
   await stop(redis.child);
   await stop(bare.child);
 
+  // kind: postgres (lock store: the same durable Redis) vs a raw UPDATE loop.
+  const pgKind = await benchPostgresKind({
+    tmp,
+    store: `redis://127.0.0.1:${redisPort}`,
+    fencegate,
+    stop,
+    seconds: SECONDS,
+    connections: CONNECTIONS,
+    pgUrl: PG_URL,
+    locks: LOCKS,
+    say,
+  });
+
   // Clean up the Postgres schema.
   const c = new pg.Client({ connectionString: PG_URL });
   await c.connect();
@@ -321,6 +336,20 @@ ${rows.join('\n')}
 
 Goals: fenced writes on Redis ≥ 0.85× the bare proxy → **${ratio(redisResult.rps, bareResult.rps)}×**;
 unfenced route ≥ 0.95× → **${ratio(results[2].rps, bareResult.rps)}×**.
+
+## \`kind: postgres\`: fenced row writes vs raw \`UPDATE … WHERE id = $1\`
+
+Same Postgres server, same concurrency (${CONNECTIONS}), ${LOCKS} rows; the gateway's lock store is the
+durable Redis above. Each fenced write through the gateway is one transaction that
+compares-and-sets the lock's fence row and updates the row; the raw loop is one
+\`UPDATE\` per call on a ${CONNECTIONS}-connection node-postgres pool.
+
+| setup | writes/s | p50 ms | p99 ms | bad |
+|---|---|---|---|---|
+| raw node-postgres UPDATE loop | ${Math.round(pgKind.raw)} | – | – | 0 |
+| fencegate kind: postgres, fenced PUT | ${Math.round(pgKind.gateway)} | ${pgKind.p50} | ${pgKind.p99} | ${pgKind.bad} |
+
+Goal ≥ 0.6× the raw loop → **${ratio(pgKind.gateway, pgKind.raw)}×**.
 
 ## Latency added by fencing at half the bare proxy's saturation rate (${half} req/s)
 

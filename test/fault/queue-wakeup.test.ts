@@ -1,7 +1,7 @@
 /**
  * The issuer's queue wakes on every expiry, with real processes on every store.
  *
- * Dead-holder chain: H takes a 3 s lease and never releases it; five waiters, each its
+ * Dead-holder chain: H takes a 10 s lease and never releases it; five waiters, each its
  * own process on the built client SDK (waitMs 15–35 s, TTL 1 s, no renewal), queue one
  * after the other and are each killed with SIGKILL the moment they are granted, so each
  * grant ends only by expiry. Every waiter must be granted in FIFO order, and shortly
@@ -91,9 +91,10 @@ describe.each(KINDS)('queue wake-up (%s store)', (kind) => {
     const control = (server as FencegateProcess).control;
     const tag = randomBytes(3).toString('hex');
     const lock = `chain:${tag}`;
+    // H's lease outlasts queueing the five waiters (each a new process: slow on a loaded box).
     const h = await post(control, `/v1/locks/${encodeURIComponent(lock)}/acquire`, {
       owner: 'H',
-      ttlMs: 3000,
+      ttlMs: 10_000,
     });
     expect(h.status).toBe(200);
     const holder = h.json as unknown as LeaseJson;
@@ -105,7 +106,7 @@ describe.each(KINDS)('queue wake-up (%s store)', (kind) => {
         lock,
         owner,
         ttlMs: 1000,
-        waitMs: 15_000 + 5000 * i,
+        waitMs: 25_000 + 5000 * i,
       });
       children.push(child);
       // Queue them one after the other, so FIFO order is the order of the owners.

@@ -68,6 +68,16 @@ const CASES: [string, string, string][] = [
     '"*" is only allowed as the last segment',
   ],
   [
+    'foreign-field.yaml',
+    `${BROKEN}/foreign-field.yaml:6:18: upstreams.orders.fenceSchema: `,
+    'only postgres upstreams take "fenceSchema"',
+  ],
+  [
+    'foreign-field.yaml',
+    `${BROKEN}/foreign-field.yaml:12:12: routes[0].table: `,
+    'only routes of a "postgres" upstream take "table"',
+  ],
+  [
     'unknown-kind.yaml',
     `${BROKEN}/unknown-kind.yaml:4:11: upstreams.orders.kind: `,
     'unknown kind "ftp" (known: http',

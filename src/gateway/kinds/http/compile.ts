@@ -11,6 +11,10 @@ export function compileHttpUpstream(name: string, raw: RawUpstream): UpstreamCom
     ok: false,
     errors: [{ field: ['url'], message }],
   });
+  if (raw.fenceSchema !== undefined) {
+    const message = `only postgres upstreams take "fenceSchema" (this one is ${raw.kind})`;
+    return { ok: false, errors: [{ field: ['fenceSchema'], message }] };
+  }
   let url: URL;
   try {
     url = new URL(raw.url);

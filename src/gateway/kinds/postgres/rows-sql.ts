@@ -24,8 +24,11 @@ export function selectList(shape: TableShape): string {
   return [shape.key, ...shape.columns].map((c) => readExpression(c)).join(', ');
 }
 
-export function getRow(shape: TableShape): string {
-  return `SELECT ${selectList(shape)} FROM ${shape.qualified} WHERE ${quoteIdent(shape.key.name)} = ${placeholder(shape.key, 1)}`;
+/** `AND EXISTS (SELECT 1 FROM fence)` when the write is guarded by the fence CTE (fencedWrite). */
+const GUARD = ' AND EXISTS (SELECT 1 FROM fence)';
+
+export function getRow(shape: TableShape, guard = ''): string {
+  return `SELECT ${selectList(shape)} FROM ${shape.qualified} WHERE ${quoteIdent(shape.key.name)} = ${placeholder(shape.key, 1)}${guard}`;
 }
 
 /** $1 limit, then one parameter per filter. */
@@ -40,7 +43,7 @@ export function listRows(shape: TableShape, filters: readonly Column[]): string 
 }
 
 /** $1 key, then one parameter per column given. Needs a unique index on the key alone. */
-export function putRow(shape: TableShape, given: readonly Column[]): string {
+export function putRow(shape: TableShape, given: readonly Column[], guarded = false): string {
   const names = [shape.key, ...given].map((c) => quoteIdent(c.name));
   const values = [shape.key, ...given].map((c, i) => placeholder(c, i + 1));
   const key = quoteIdent(shape.key.name);
@@ -50,20 +53,41 @@ export function putRow(shape: TableShape, given: readonly Column[]): string {
       ? given.map((c) => `${quoteIdent(c.name)} = EXCLUDED.${quoteIdent(c.name)}`)
       : [`${key} = EXCLUDED.${key}`];
   return (
-    `INSERT INTO ${shape.qualified} AS t (${names.join(', ')}) VALUES (${values.join(', ')}) ` +
+    `INSERT INTO ${shape.qualified} AS t (${names.join(', ')}) ` +
+    (guarded ? `SELECT ${values.join(', ')} FROM fence ` : `VALUES (${values.join(', ')}) `) +
     `ON CONFLICT (${key}) DO UPDATE SET ${sets.join(', ')} RETURNING ${selectList(shape)}`
   );
 }
 
 /** $1 key, then one parameter per column given; with none, reads the row locked. */
-export function patchRow(shape: TableShape, given: readonly Column[]): string {
+export function patchRow(shape: TableShape, given: readonly Column[], guarded = false): string {
   const key = quoteIdent(shape.key.name);
-  if (given.length === 0) return `${getRow(shape)} FOR UPDATE`;
+  const guard = guarded ? GUARD : '';
+  if (given.length === 0) return `${getRow(shape, guard)} FOR UPDATE`;
   const sets = given.map((c, i) => `${quoteIdent(c.name)} = ${placeholder(c, i + 2)}`);
-  return `UPDATE ${shape.qualified} SET ${sets.join(', ')} WHERE ${key} = ${placeholder(shape.key, 1)} RETURNING ${selectList(shape)}`;
+  return `UPDATE ${shape.qualified} SET ${sets.join(', ')} WHERE ${key} = ${placeholder(shape.key, 1)}${guard} RETURNING ${selectList(shape)}`;
 }
 
 /** $1 key. */
-export function deleteRow(shape: TableShape): string {
-  return `DELETE FROM ${shape.qualified} WHERE ${quoteIdent(shape.key.name)} = ${placeholder(shape.key, 1)} RETURNING 1`;
+export function deleteRow(shape: TableShape, guarded = false): string {
+  return `DELETE FROM ${shape.qualified} WHERE ${quoteIdent(shape.key.name)} = ${placeholder(shape.key, 1)}${guarded ? GUARD : ''} RETURNING 1`;
+}
+
+/**
+ * A fenced write as ONE statement (one round trip, its own transaction): the `fence` CTE
+ * raises the lock's fence row to the token if the token is not below it (creating the
+ * row if new; the row stays locked until the statement commits, so writes under one lock
+ * are serialised), and `write` — built `guarded`, so it runs only when `fence` returned
+ * a row — writes the row. Answers one row: `fenced` (1 raised, 0 stale) then the
+ * write's RETURNING columns (NULL when it wrote nothing). A failing write (a constraint)
+ * fails the statement, and the fence is not raised either.
+ * `write` uses $1…$n; the lock is $n+1 and the token $n+2.
+ */
+export function fencedWrite(fenceTable: string, write: string, n: number): string {
+  return (
+    `WITH fence AS (INSERT INTO ${fenceTable} AS f (lock, highest) VALUES ($${n + 1}::text, $${n + 2}::bigint) ` +
+    `ON CONFLICT (lock) DO UPDATE SET highest = EXCLUDED.highest WHERE f.highest <= EXCLUDED.highest RETURNING 1), ` +
+    `w AS (${write}) ` +
+    `SELECT (SELECT count(*) FROM fence)::int AS fenced, w.* FROM (SELECT 1) AS one LEFT JOIN w ON true`
+  );
 }

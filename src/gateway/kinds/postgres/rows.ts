@@ -1,14 +1,16 @@
 /**
  * The runtime of one postgres upstream: one pg Pool, the column catalog of each table
  * (read once, dropped on any error touching the table), the fence table (created on
- * first use), and the row operations. A fenced write is one transaction:
- * compare-and-set the lock's fence row (which stays locked until commit), write the
- * row, commit; a stale token rolls back. So the check is atomic with the write and
- * holds with any number of gateway processes.
+ * first use), and the row operations. A fenced write is one statement, so one
+ * transaction (rows-sql.ts fencedWrite): compare-and-set the lock's fence row (which
+ * stays locked until commit), and only if it was raised write the row; a stale token
+ * writes nothing. So the check is atomic with the write and holds with any number of
+ * gateway processes. (One round trip: a BEGIN/compare-and-set/write/COMMIT sequence
+ * measured at a fifth of a raw UPDATE loop's rate.)
  */
 import pg from 'pg';
 import { ProblemError } from '../../../errors.js';
-import { withRetries } from '../../../store/sql/driver.js';
+import { quoteIdent, withRetries } from '../../../store/sql/driver.js';
 import { formatToken, type FencingToken } from '../../../tokens.js';
 import { categoryOf, decode, type Column } from './codec.js';
 import { classifyDbError } from './refusals.js';
@@ -44,16 +46,13 @@ export interface RowsLog {
   error(obj: object, msg: string): void;
 }
 
-/** Thrown inside a transaction to roll it back with an answer (stale, not found). */
-class Answer {
-  constructor(readonly outcome: RowOutcome) {}
-}
-
 export class PostgresRows {
   private readonly pool: pg.Pool;
   private readonly q: Statements;
   private readonly tables = new Map<string, Promise<ReadonlyMap<string, Column>>>();
   private fenceReady: Promise<void> | null = null;
+  /** The quoted fence table, `"<fenceSchema>".fences`. */
+  private readonly fenceTable: string;
 
   constructor(
     readonly name: string,
@@ -61,6 +60,7 @@ export class PostgresRows {
     private readonly log: RowsLog,
   ) {
     this.q = statementsFor(settings.fenceSchema);
+    this.fenceTable = `${quoteIdent(settings.fenceSchema)}.fences`;
     this.pool = new pg.Pool({
       connectionString: settings.connectionString,
       max: POOL_SIZE,
@@ -85,7 +85,6 @@ export class PostgresRows {
       if (!shape.ok) return shape;
       return await this.run(shape.value, op);
     } catch (err) {
-      if (err instanceof Answer) return err.outcome;
       this.tables.delete(tableKey);
       const c = classifyDbError(err, this.name);
       if (c.kind === 'bug') throw err;
@@ -121,42 +120,50 @@ export class PostgresRows {
         ? notFound(op.key)
         : { ok: true, status: 200, body: toJson(shape, rows[0]) };
     }
+    const fence = op.fence;
+    const guarded = fence !== null;
     let text: string;
     let params: (string | null)[];
     if (op.op === 'delete') {
-      text = sql.deleteRow(shape);
+      text = sql.deleteRow(shape, guarded);
       params = [key.value];
     } else {
       const row = checkRow(shape, op.body, key.value);
       if (!row.ok) return row;
-      text = op.op === 'put' ? sql.putRow(shape, row.value.given) : sql.patchRow(shape, row.value.given);
+      text =
+        op.op === 'put'
+          ? sql.putRow(shape, row.value.given, guarded)
+          : sql.patchRow(shape, row.value.given, guarded);
       params = [key.value, ...row.value.params];
     }
-    if (op.fence !== null) await this.ensureFenceTable();
-    const fence = op.fence;
-    return this.transaction(async (client) => {
-      if (fence !== null) await this.compareAndSet(client, fence);
-      const rows = (await client.query<unknown[]>({ text, values: params, rowMode: 'array' })).rows;
-      if (rows[0] === undefined) throw new Answer(notFound(op.key));
-      return op.op === 'delete'
-        ? { ok: true, status: 204 }
-        : { ok: true, status: 200, body: toJson(shape, rows[0]) };
-    });
+    let written: unknown[] | undefined;
+    if (fence === null) {
+      written = (await this.query(text, params))[0];
+    } else {
+      await this.ensureFenceTable();
+      const token = formatToken(fence.token);
+      const statement = sql.fencedWrite(this.fenceTable, text, params.length);
+      const answer = (await this.query(statement, [...params, fence.lock, token]))[0] ?? [];
+      if (answer[0] !== 1) return this.stale(fence.lock, token);
+      written = answer[1] === null ? undefined : answer.slice(1);
+    }
+    if (written === undefined) return notFound(op.key);
+    return op.op === 'delete'
+      ? { ok: true, status: 204 }
+      : { ok: true, status: 200, body: toJson(shape, written) };
   }
 
-  private async compareAndSet(client: pg.PoolClient, fence: Fence): Promise<void> {
-    const token = formatToken(fence.token);
-    const raised = await client.query<HighestRow>(this.q.fence_cas, [fence.lock, token]);
-    if (raised.rows.length > 0) return;
-    const highest = (await client.query<HighestRow>(this.q.fence_highest, [fence.lock])).rows[0]?.highest;
-    throw new Answer({
+  /** The 409 for a token below the lock's fence, with the fence as it is now. */
+  private async stale(lock: string, token: string): Promise<RowOutcome> {
+    const highest = (await this.pool.query<HighestRow>(this.q.fence_highest, [lock])).rows[0]?.highest;
+    return {
       ok: false,
       problem: new ProblemError('stale-token', `token ${token} is below the highest written for this lock`, {
-        lock: fence.lock,
+        lock,
         token,
         highest,
       }),
-    });
+    };
   }
 
   /** One READ COMMITTED transaction, retried on serialization failure or deadlock. */

@@ -19,20 +19,9 @@ CREATE TABLE IF NOT EXISTS {fences}.fences (
   highest bigint NOT NULL
 );
 
--- name: fence_cas
--- Raises the lock's fence to $2 if $2 >= highest, creating it if new, and keeps the
--- fence row locked until the transaction ends: the row write that follows is
--- serialised with every other write under the same lock. No row back: stale (the
--- row is locked anyway: ON CONFLICT … WHERE locks the conflicting row).
--- $1 lock, $2 token
-INSERT INTO {fences}.fences AS f (lock, highest)
-VALUES ($1::text, $2::bigint)
-ON CONFLICT (lock) DO UPDATE SET highest = EXCLUDED.highest
- WHERE f.highest <= EXCLUDED.highest
-RETURNING f.highest::text AS highest;
-
 -- name: fence_highest
--- After a failed compare-and-set, under the row lock. $1 lock
+-- After a refused compare-and-set (the compare-and-set itself is part of each fenced
+-- write's one statement: rows-sql.ts fencedWrite). $1 lock
 SELECT highest::text AS highest FROM {fences}.fences WHERE lock = $1::text;
 
 -- name: table_columns

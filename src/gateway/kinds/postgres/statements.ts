@@ -6,14 +6,7 @@ import { readFileSync } from 'node:fs';
 import { quoteIdent } from '../../../store/sql/driver.js';
 import { parseNamed } from '../../../store/sql/queries.js';
 
-const NAMES = [
-  'fence_table',
-  'fence_ddl_lock',
-  'fence_ddl',
-  'fence_cas',
-  'fence_highest',
-  'table_columns',
-] as const;
+const NAMES = ['fence_table', 'fence_ddl_lock', 'fence_ddl', 'fence_highest', 'table_columns'] as const;
 
 export type StatementName = (typeof NAMES)[number];
 export type Statements = Readonly<Record<StatementName, string>>;
