@@ -37,17 +37,10 @@ import {
   type WriteResult,
 } from './harness/index.js';
 import { fakeClock, type FakeClock } from './lib/faketime.js';
+import { until } from './lib/workload.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const SESSION_TTL = ['--session-ttl-ms', '1500'];
-
-async function until(what: string, cond: () => boolean, timeoutMs = 30_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
-}
 
 async function policyFor(upstreamUrl: string) {
   return writePolicy({ app: { url: upstreamUrl, timeoutMs: 3000, breaker: { volumeThreshold: 10_000 } } }, [
@@ -200,7 +193,7 @@ describe.each(['redis', 'postgres'] as const)(
       const o = await owners(run, g1.control);
       const req1 = opId(`a-${run.tag}`);
       const t1 = slowUpload(run, g1.data, o.a, `a-${run.tag}`, req1, 16, 500); // ~8 s
-      await until('T1 headers at the upstream', () => up.indexOf('received', req1) >= 0);
+      await until('T1 headers at the upstream', async () => up.indexOf('received', req1) >= 0);
       const b = await o.takeOver();
       const t2 = await writeUntilForwarded(run, g2.data, b, `b-${run.tag}`);
       expect((await t1).status).toBe(201);
@@ -224,7 +217,10 @@ describe.each(['redis', 'postgres'] as const)(
           () => 0,
         ),
       );
-      await until("gateway 1's 128 upstream connections busy", () => up.received('filler') - base >= 128);
+      await until(
+        "gateway 1's 128 upstream connections busy",
+        async () => up.received('filler') - base >= 128,
+      );
       const o = await owners(run, g1.control);
       const req1 = opId(`a-${run.tag}`);
       const t1 = run.history.write({
@@ -262,7 +258,7 @@ describe.each(['redis', 'postgres'] as const)(
         writer: `z-${run.tag}`,
         requestId: req0,
       });
-      await until('T0 at the upstream', () => up.indexOf('received', req0) >= 0);
+      await until('T0 at the upstream', async () => up.indexOf('received', req0) >= 0);
       // T1: the next owner, through the same gateway: admitted, waits at the barrier behind T0.
       const o = await owners(run, g1.control, g2.control);
       const req1 = opId(`a-${run.tag}`);
@@ -280,7 +276,7 @@ describe.each(['redis', 'postgres'] as const)(
       let b: string;
       try {
         up.open(gate0); // T0 is applied; gateway 1 cannot see the answer
-        await until('T0 applied', () => up.indexOf('applied', req0) >= 0);
+        await until('T0 applied', async () => up.indexOf('applied', req0) >= 0);
         b = await o.takeOver();
         const t2 = await writeUntilForwarded(run, g2.data, b, `b-${run.tag}`);
         expect(t2.result.status).toBe(200);
@@ -350,7 +346,7 @@ describe.each(['postgres', 'embedded'] as const)(
       const la = await run.history.acquire(g1.control, run.lock, `a-${run.tag}`, { ttlMs: 300 });
       const req1 = opId(`a-${run.tag}`);
       const t1 = slowUpload(run, g1.data, la?.fencingToken as string, `a-${run.tag}`, req1, 12, 500); // ~6 s
-      await until('T1 at the upstream', () => up.indexOf('received', req1) >= 0);
+      await until('T1 at the upstream', async () => up.indexOf('received', req1) >= 0);
       await sleep(400); // A's lease is over
       await fake.set('+1h'); // every store-clock deadline computed so far has now passed
       const lb = await run.history.acquire(g2.control, run.lock, `b-${run.tag}`, {

@@ -11,7 +11,7 @@
  * the audit records the token the gateway fenced by, not only the one the client put in
  * the row.
  *
- * Owner A, a real child process (clients/pg-paused-owner.mjs, on the built client SDK
+ * Owner A, a real child process (clients/paused-owner.mjs with `row: true`, on the built client SDK
  * with auto-renew), acquires order:N with a short TTL and writes the row once; it is
  * SIGSTOPped past its lease; owner B acquires (a higher token) and writes; A is
  * SIGCONTed and writes again at once with its old token: 409 stale-token, the row keeps
@@ -149,7 +149,8 @@ describe.each(STORES)('paused owner over kind: postgres (%s lock store)', (store
     const ownerA = `owner-a-${tag}`;
     const ownerB = `owner-b-${tag}`;
 
-    child = startChildClient('pg-paused-owner.mjs', {
+    child = startChildClient('paused-owner.mjs', {
+      row: true,
       control: gw.control,
       data: gw.data,
       path,

@@ -20,7 +20,11 @@ async function write(lock, label) {
     {
       method: 'PUT',
       headers: { 'content-type': 'application/json', 'x-request-id': requestId, 'x-client-id': cfg.owner },
-      body: JSON.stringify({ by: cfg.owner, label }),
+      // `row: true` (a `kind: postgres` row route): the row records who wrote, with which
+      // token, in which request, so an audit trigger on the table can tell them apart.
+      body: JSON.stringify(
+        cfg.row ? { tok: lock.fencingToken, writer: cfg.owner, req: requestId } : { by: cfg.owner, label },
+      ),
       signal: AbortSignal.timeout(20_000),
     },
     lock.fencingToken,
