@@ -19,7 +19,8 @@ import {
 } from '@aws-sdk/client-s3';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { mint, startGateway, type TestGateway } from '../helpers/gateway-harness.js';
-import { MemoryStore } from '../helpers/memory-store.js';
+import { GATEWAY_STORES, type GatewayStoreFactory, type OpenedStore } from '../helpers/gateway-stores.js';
+import type { Store } from '../../src/store/types.js';
 import {
   fenced,
   s3Client,
@@ -31,7 +32,8 @@ import {
 
 let s3: S3rverHandle;
 let verifier: VerifierHandle;
-let store: MemoryStore;
+let opened: OpenedStore;
+let store: Store;
 let gw: TestGateway;
 let client: S3Client;
 
@@ -60,8 +62,13 @@ afterAll(async () => {
   await s3?.close();
 });
 
+// The lock store behind the gateway: the in-memory reference and a real Redis.
+const STORES = GATEWAY_STORES.filter((f) => f.name === 'memory' || f.name === 'redis');
+let factory: GatewayStoreFactory;
+
 beforeEach(async () => {
-  store = new MemoryStore();
+  opened = await factory.open();
+  store = opened.store;
   gw = await startGateway({ store, policy: policy(verifier.url) });
   client = s3Client({ endpoint: gw.url });
   verifier.received.length = 0;
@@ -70,7 +77,7 @@ beforeEach(async () => {
 afterEach(async () => {
   client?.destroy();
   await gw?.close();
-  await store?.close();
+  await opened?.close();
 });
 
 const token = async (key: string) => (await mint(store, key)).token;
@@ -92,7 +99,11 @@ function header(raw: readonly string[], name: string): string | undefined {
   return undefined;
 }
 
-describe('kind: s3 through the gateway', () => {
+describe.each(STORES)('kind: s3 through the gateway (lock store: $name)', (f) => {
+  beforeAll(() => {
+    factory = f;
+  });
+
   it('PutObject (fenced) and GetObject pass with the signature intact, Host as sent', async () => {
     const t = await token('invoice:2024/a b+c.pdf');
     await client.send(
@@ -175,9 +186,10 @@ describe('kind: s3 through the gateway', () => {
         ),
       );
     verifier.received.length = 0;
-    // One token cannot open two objects' locks: refused as a whole (here stale for b's
-    // lock; on a real store a token of another lock is never issued for it: 403), nothing deleted.
-    expect(await status(deleteObjects(['del-a.txt', 'del-b.txt'], tA))).toBe(409);
+    // One token cannot open two objects' locks: refused as a whole, nothing deleted (on a
+    // real store a token of another lock was never issued for it: 403; the memory store
+    // counts every key's tokens from 1, so there it is stale for b's lock: 409).
+    expect([403, 409]).toContain(await status(deleteObjects(['del-a.txt', 'del-b.txt'], tA)));
     expect(verifier.received).toHaveLength(0);
     expect(await text('del-a.txt')).toBe('del-a.txt');
     // A newer owner took del-a.txt: the old token is stale for it.
