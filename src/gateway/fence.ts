@@ -161,7 +161,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
       return undefined;
     }
     // Canonical order: two requests writing overlapping sets admit them in the same order.
-    const locks = [...new Set(writes.locks)].sort();
+    const locks = writes.locks.length === 1 ? writes.locks : [...new Set(writes.locks)].sort();
     const inGateway = kind.fenceAt === 'gateway';
     const recording = fencing.enforce && inGateway;
 

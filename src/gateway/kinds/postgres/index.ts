@@ -109,6 +109,11 @@ class PostgresRuntime implements KindRuntime {
     const target = routeSettings(route);
     if (fences.length > 1) throw new Error('a postgres route writes one lock');
     const fence = fences[0] ?? null;
+    const writing = request.method !== 'GET' && request.method !== 'HEAD';
+    // Never write unfenced on an enforcing fenced route, whatever happened upstream of here.
+    if (writing && fence === null && route.lock !== null && route.fencing?.enforce === true) {
+      throw new Error(`route "${route.name}": an enforced write reached the postgres kind without its fence`);
+    }
     const key = state.match.params[target.key] ?? '';
     let op: RowOp;
     switch (request.method) {
