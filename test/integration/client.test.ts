@@ -48,8 +48,10 @@ describe('client', () => {
   it('renews in the background so the lease outlives its TTL', async () => {
     const { url } = await serve();
     const fg = new FencegateClient({ url });
-    const lock = await fg.acquire('job:1', { owner: 'w1', ttlMs: 300 });
-    await new Promise((r) => setTimeout(r, 900));
+    // A TTL long enough that renewals still land in time on a loaded machine (the lock is
+    // judged lost as soon as a renewal is late: fail closed), and a wait of several TTLs.
+    const lock = await fg.acquire('job:1', { owner: 'w1', ttlMs: 1500 });
+    await new Promise((r) => setTimeout(r, 4000));
     expect(lock.lost).toBe(false);
     const status = await fg.inspect('job:1');
     expect(status).toMatchObject({ held: true, owner: 'w1', token: lock.fencingToken });
