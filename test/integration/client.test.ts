@@ -77,8 +77,8 @@ describe('client', () => {
   it('fires the AbortSignal at once when the lease is taken over', async () => {
     const { url } = await serve();
     const fg = new FencegateClient({ url });
-    const lock = await fg.acquire('job:3', { owner: 'w1', ttlMs: 200, autoRenew: false, safetyMarginMs: 0 });
-    await new Promise((r) => setTimeout(r, 300));
+    const lock = await fg.acquire('job:3', { owner: 'w1', ttlMs: 600, autoRenew: false, safetyMarginMs: 0 });
+    await new Promise((r) => setTimeout(r, 700));
     const other = await fg.acquire('job:3', { owner: 'w2', ttlMs: 5000 });
     await expect(lock.renew()).rejects.toBeInstanceOf(LeaseLostError);
     expect(lock.lost).toBe(true);
