@@ -6,6 +6,7 @@
  * forge `x-fencegate-*` or `forwarded` headers.
  */
 import { parseToken, type FencingToken } from '../tokens.js';
+import type { HeaderLookup } from '../policy/index.js';
 
 /** RFC 9110 §7.6.1 connection-specific fields, plus the de-facto Proxy-Connection. */
 export const HOP_BY_HOP = new Set([
@@ -165,4 +166,16 @@ function joinChain(incoming: HeaderValue, next: string): string {
 
 function quote(value: string): string {
   return `"${value.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
+}
+
+/** A header used in a lock template must be sent exactly once, as valid UTF-8 (see decodeHeaderUtf8). */
+export function headerLookup(rawHeaders: readonly string[]): HeaderLookup {
+  return (name) => {
+    const values = rawHeaderValues(rawHeaders, name);
+    if (values.length === 0) return { ok: false, reason: `header "${name}" is missing` };
+    if (values.length > 1) return { ok: false, reason: `header "${name}" is sent ${values.length} times` };
+    const decoded = decodeHeaderUtf8(values[0] ?? '');
+    if (!decoded.ok) return { ok: false, reason: `header "${name}" is not valid UTF-8` };
+    return { ok: true, value: decoded.value };
+  };
 }

@@ -8,9 +8,9 @@
 import type { IncomingMessage } from 'node:http';
 import { ProblemError } from '../errors.js';
 import type { FencedReason } from '../observe/metrics.js';
-import type { CompiledRoute, FencingSettings, HeaderLookup } from '../policy/index.js';
+import type { CompiledRoute, FencingSettings } from '../policy/index.js';
 import type { FencingToken } from '../tokens.js';
-import { decodeHeaderUtf8, rawHeaderValues, readFencingToken } from './headers.js';
+import { readFencingToken } from './headers.js';
 import type { StoreGuard } from './store-guard.js';
 
 export type Verdict =
@@ -134,16 +134,4 @@ export function fenceUnavailable(err: unknown, lock: string): ProblemError {
     { lock },
     { cause: guarded?.cause ?? err, headers: guarded?.headers ?? { 'retry-after': '1' } },
   );
-}
-
-/** A header used in a lock template must be sent exactly once, as valid UTF-8 (see decodeHeaderUtf8). */
-export function headerLookup(rawHeaders: readonly string[]): HeaderLookup {
-  return (name) => {
-    const values = rawHeaderValues(rawHeaders, name);
-    if (values.length === 0) return { ok: false, reason: `header "${name}" is missing` };
-    if (values.length > 1) return { ok: false, reason: `header "${name}" is sent ${values.length} times` };
-    const decoded = decodeHeaderUtf8(values[0] ?? '');
-    if (!decoded.ok) return { ok: false, reason: `header "${name}" is not valid UTF-8` };
-    return { ok: true, value: decoded.value };
-  };
 }

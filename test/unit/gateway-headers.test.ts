@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { headerLookup } from '../../src/gateway/verdict.js';
 import {
   connectionTokens,
   decodeHeaderUtf8,
+  headerLookup,
   forwardingHeaders,
   rawHeaderValues,
   readFencingToken,

@@ -7,7 +7,7 @@
 import { ProblemError } from '../../../errors.js';
 import { renderLock } from '../../../policy/template.js';
 import { forwardHttp } from '../../forward.js';
-import { headerLookup } from '../../verdict.js';
+import { headerLookup } from '../../headers.js';
 import type { DownstreamKind, WriteSet } from '../types.js';
 import { compileHttpUpstream } from './compile.js';
 

@@ -11,7 +11,7 @@ import { renderLock } from '../../../policy/template.js';
 import { sendContinue } from '../../../http/continue.js';
 import type { GatewayRequestState } from '../../context.js';
 import { sendProblem } from '../../../http/problems.js';
-import { headerLookup } from '../../verdict.js';
+import { headerLookup } from '../../headers.js';
 import type { DownstreamKind, KindEnvironment, KindRuntime, ResourceFence, WriteSet } from '../types.js';
 import { readJsonBody } from './body.js';
 import { PostgresRows, type RowOp } from './rows.js';

@@ -17,7 +17,7 @@
  * before the same bytes are forwarded.
  */
 import { forwardHttp } from '../../forward.js';
-import { headerLookup } from '../../verdict.js';
+import { headerLookup } from '../../headers.js';
 import { compileHttpUpstream } from '../http/compile.js';
 import type { DownstreamKind, UpstreamCompileResult, WriteSet } from '../types.js';
 import { s3Writes } from './locks.js';
