@@ -190,7 +190,8 @@ describe.each(FIXTURES)('SQL store behaviour: $name', ({ open }) => {
       reason: 'forged',
       highest: null,
     });
-    const a = granted(await acquire({}, 'w1', 150));
+    // A 1.5 s lease: long enough to still be live at the lease check below on a loaded machine.
+    const a = granted(await acquire({}, 'w1', 1500));
     expect(await store.admit({ ...base, lock: k(), token: a.token + 1n, requestId: 'r1' })).toMatchObject({
       ok: false,
       reason: 'forged',
@@ -212,7 +213,7 @@ describe.each(FIXTURES)('SQL store behaviour: $name', ({ open }) => {
       await store.admit({ ...base, check: 'lease', lock: k(), token: a.token, requestId: 'r4' }),
     ).toMatchObject({ ok: true, highest: a.token, lowerInflight: 0 });
     expect((await store.inspect(k()))?.highest).toBe(a.token);
-    await sleep(200);
+    await sleep(1600);
     expect(
       await store.admit({ ...base, check: 'lease', lock: k(), token: a.token, requestId: 'r5' }),
     ).toEqual({ ok: false, reason: 'lease-expired', highest: a.token });
