@@ -2,7 +2,8 @@
  * Semantic checks across all schema-valid policy files, and compilation into the
  * frozen route table. Checks: upstream URLs, duplicate upstream and route names
  * (across files), routes naming unknown upstreams, path syntax, lock templates
- * (syntax, unknown path parameters, forbidden headers), `fencing` without `lock`.
+ * (syntax, unknown path parameters, forbidden headers), `fencing` without `lock`, and
+ * earlier routes that would take a later fenced route's writes unfenced (shadowing.ts).
  */
 import { KINDS, kindFor, routeFieldsByKind } from '../gateway/kinds/index.js';
 import type { PolicyError } from './errors.js';
@@ -14,6 +15,7 @@ import {
   type CompiledUpstream,
 } from './model.js';
 import { parsePathPattern } from './path-pattern.js';
+import { findShadowing } from './shadowing.js';
 import type { RawPolicyFile, RawRoute } from './schema.js';
 import type { PolicySource } from './source.js';
 import { parseLockTemplate, templateParams } from './template.js';
@@ -60,6 +62,8 @@ export function compilePolicy(files: readonly ValidFile[]): CompileResult {
   }
 
   const routes: CompiledRoute[] = [];
+  /** Where each compiled route was declared, for errors about it. */
+  const declared: { source: PolicySource; index: number }[] = [];
   const routeSeenAt = new Map<string, PolicyError>();
   for (const { source, data } of files) {
     (data.routes ?? []).forEach((raw, index) => {
@@ -77,8 +81,42 @@ export function compilePolicy(files: readonly ValidFile[]): CompileResult {
       const route = compileRoute(raw, upstreams, upstreamSeenAt.has(raw.upstream), (field, message) =>
         errors.push(source.error(at(...field), message)),
       );
-      if (route !== null) routes.push({ ...route, file: source.file, line: source.position(at()).line });
+      if (route !== null) {
+        routes.push({ ...route, file: source.file, line: source.position(at()).line });
+        declared.push({ source, index });
+      }
     });
+  }
+
+  if (errors.length === 0) {
+    routes.forEach((route, i) => {
+      const at = declared[i];
+      route.shadows.forEach((name, k) => {
+        const later = routes.findIndex((r) => r.name === name);
+        if (later <= i && at !== undefined)
+          errors.push(
+            at.source.error(
+              ['routes', at.index, 'shadows', k],
+              later < 0 ? `unknown route "${name}"` : `route "${name}" comes before this one`,
+            ),
+          );
+      });
+    });
+    for (const s of findShadowing(routes)) {
+      const earlier = routes[s.earlier];
+      const later = routes[s.later];
+      const at = declared[s.earlier];
+      if (earlier === undefined || later === undefined || at === undefined) continue;
+      errors.push(
+        at.source.error(
+          ['routes', at.index, 'path'],
+          `route "${earlier.name}" comes first and takes writes that the fenced route "${later.name}" ` +
+            `(${later.file}:${later.line}) declares, but ${s.reason}: move "${later.name}" above it, ` +
+            `narrow its path or methods, fence it with the same lock, or, if it must take them, ` +
+            `list "${later.name}" in its "shadows"`,
+        ),
+      );
+    }
   }
 
   if (errors.length > 0) return { ok: false, errors };
@@ -162,6 +200,7 @@ function compileRoute(
     lock,
     fencing,
     upload,
+    shadows: [...(raw.shadows ?? [])],
     target,
   };
 }

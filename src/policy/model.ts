@@ -59,6 +59,8 @@ export interface CompiledRoute {
   /** Set exactly when `lock` is set. */
   readonly fencing: FencingSettings | null;
   readonly upload: UploadSettings;
+  /** Later fenced routes whose matching requests this route takes on purpose (policy `shadows`). */
+  readonly shadows: readonly string[];
   /** Kind-specific route settings, compiled by the upstream's kind (e.g. table, key, columns). */
   readonly target: Readonly<Record<string, unknown>>;
 }

@@ -47,6 +47,8 @@ export interface RawRoute {
   lock?: string;
   fencing?: RawFencing;
   upload?: RawUpload;
+  /** Later fenced routes whose matching requests this route deliberately takes (see shadowing.ts). */
+  shadows?: string[];
   /** kind: postgres: the table, its key column, and the columns a write may set. */
   table?: string;
   key?: string;
@@ -117,6 +119,7 @@ const route = {
     lock: { type: 'string', minLength: 1 },
     fencing,
     upload,
+    shadows: { type: 'array', uniqueItems: true, items: name },
     table: { type: 'string', minLength: 1 },
     key: { type: 'string', minLength: 1 },
     columns: { type: 'array', uniqueItems: true, items: { type: 'string', minLength: 1 } },

@@ -302,7 +302,11 @@ const policyArb: fc.Arbitrary<PolicyData> = fc
         .map((ups) =>
           Object.fromEntries(names.map((n, i) => [n, ups[i] ?? { kind: 'http' as const, url: 'http://x' }])),
         ),
-      routes: fc.uniqueArray(routeArb(names), { selector: (r) => r.name, maxLength: 5 }),
+      // Each route under its own first segment: routes that overlap are refused unless
+      // ordered safely (shadowing.ts), which policy-shadowing.test.ts covers.
+      routes: fc
+        .uniqueArray(routeArb(names), { selector: (r) => r.name, maxLength: 5 })
+        .map((routes) => routes.map((r, i) => ({ ...r, path: `/r${i}${r.path}` }))),
     }),
   );
 
