@@ -4,7 +4,15 @@
  */
 import Fastify from 'fastify';
 import type { FastifyInstance } from 'fastify';
-import { errorHandler, installProblemHandlers } from './http/problems.js';
+import {
+  clientErrorProblem,
+  errorHandler,
+  HTTP_SERVER_OPTIONS,
+  installProblemHandlers,
+  missingHost,
+  refuseUnknownExpectations,
+  sendProblem,
+} from './http/problems.js';
 import type { Issuer } from './issuer/service.js';
 import issuerRoutes from './issuer/routes.js';
 import type { EventLog } from './observe/events.js';
@@ -26,8 +34,17 @@ export async function buildControl(opts: {
     forceCloseConnections: true,
     return503OnClosing: true,
     frameworkErrors: (error, request, reply) => errorHandler(error, request, reply),
+    clientErrorHandler: clientErrorProblem,
+    http: HTTP_SERVER_OPTIONS,
   });
   installProblemHandlers(app, 'not-found');
+  refuseUnknownExpectations(app.server);
+  app.addHook('onRequest', (request, reply, done) => {
+    const noHost = missingHost(request);
+    if (noHost === null) return done();
+    reply.header('connection', 'close');
+    sendProblem(reply, noHost);
+  });
   await app.register(issuerRoutes, { issuer: opts.issuer, defaultTtlMs: opts.defaultTtlMs });
   app.get('/healthz', async () => ({ ok: true }));
   app.get('/readyz', async (_req, reply) => {

@@ -26,6 +26,8 @@ export const PROBLEMS = {
   'forward-interrupted': { status: 502, title: 'The gateway cut the request while forwarding it' },
   'payload-too-large': { status: 413, title: 'The request body is too large' },
   'request-timeout': { status: 408, title: 'The request body did not arrive in time' },
+  'headers-too-large': { status: 431, title: 'The request headers are too large' },
+  'expectation-failed': { status: 417, title: 'The Expect header asks for something the server does not do' },
   'tokens-exhausted': { status: 409, title: 'This lock has issued its last possible token' },
   'invalid-row': { status: 400, title: 'The row in the request is not valid for this table' },
   'row-not-found': { status: 404, title: 'No row has this key' },

@@ -1,7 +1,8 @@
 /**
  * Header hygiene for the proxy. Order matters: hop-by-hop headers, headers named in
- * `Connection`, and client-supplied copies of every header the gateway sets are
- * removed first; only then does the gateway add its own. So `Connection:
+ * `Connection`, client-supplied copies of every header the gateway sets, method and
+ * path overrides, and names with "_" are removed first; only then does the gateway add
+ * its own. So `Connection:
  * fencing-token` cannot strip the token the gateway forwards, and a client cannot
  * forge `x-fencegate-*` or `forwarded` headers.
  */
@@ -23,6 +24,19 @@ export const HOP_BY_HOP = new Set([
 
 export const FENCING_TOKEN = 'fencing-token';
 export const GATEWAY_PREFIX = 'x-fencegate-';
+
+/**
+ * Headers some frameworks read as the "real" method or path (Rails, Laravel, Express's
+ * method-override, IIS's URL rewrite): a GET carrying `X-HTTP-Method-Override: PUT` would
+ * be routed and fenced as a read and applied as a write. Never forwarded.
+ */
+export const OVERRIDE_HEADERS = new Set([
+  'x-http-method-override',
+  'x-http-method',
+  'x-method-override',
+  'x-original-url',
+  'x-rewrite-url',
+]);
 
 /**
  * Request headers the gateway answers itself and never forwards: `Expect` (the
@@ -109,13 +123,19 @@ export function stripRequestHeaders(
     const lower = name.toLowerCase();
     if (value === undefined || HOP_BY_HOP.has(lower)) continue;
     if (drop !== null ? drop.has(lower) : extra.includes(lower)) continue;
-    if (isGatewayOwned(lower) || CONSUMED_BY_GATEWAY.has(lower)) continue;
+    if (isGatewayOwned(lower) || CONSUMED_BY_GATEWAY.has(lower) || OVERRIDE_HEADERS.has(lower)) continue;
+    // As nginx does by default: `fencing_token` or `x_fencegate_lock` would reach frameworks
+    // that fold "_" into "-" (CGI, WSGI, Rack) as the real header the gateway removed.
+    if (lower.includes('_')) continue;
     out[lower] = value;
   }
   return out;
 }
 
-/** Removes hop-by-hop headers and those the upstream named in its `Connection` header. */
+/**
+ * Removes hop-by-hop headers, those the upstream named in its `Connection` header, and
+ * `x-fencegate-*` (only the gateway speaks for itself to the client).
+ */
 export function stripResponseHeaders<T extends Headers>(headers: T): T {
   const connection = headers.connection;
   const drop = connection === undefined ? null : new Set(connectionTokens(connection));
@@ -124,6 +144,7 @@ export function stripResponseHeaders<T extends Headers>(headers: T): T {
     const value = headers[name];
     const lower = name.toLowerCase();
     if (value === undefined || HOP_BY_HOP.has(lower) || drop?.has(lower) === true) continue;
+    if (lower.startsWith(GATEWAY_PREFIX)) continue;
     out[name] = value;
   }
   return out as T;

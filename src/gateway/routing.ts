@@ -8,7 +8,15 @@ import fp from 'fastify-plugin';
 import { ProblemError } from '../errors.js';
 import { splitRequestPath, type PolicyHolder } from '../policy/index.js';
 import './context.js';
-import { installProblemHandlers, pathOf, sendProblem } from '../http/problems.js';
+import { installProblemHandlers, missingHost, pathOf, sendProblem } from '../http/problems.js';
+
+/**
+ * `?_method=PUT` (Rails, Laravel, Express's method-override) turns a request the gateway
+ * routes by its real method (a GET: not fenced) into a write at the upstream. Refused,
+ * also percent-encoded; unlike an override header it cannot be dropped without changing
+ * the query the upstream would see.
+ */
+const METHOD_OVERRIDE_QUERY = /[?&](?:_|%5f)method(?:=|&|$|\[|%5b)/i;
 
 export interface RoutingOptions {
   policy: PolicyHolder;
@@ -30,10 +38,27 @@ async function routing(app: FastifyInstance, opts: RoutingOptions): Promise<void
       );
       return;
     }
-    const path = pathOf(request.raw.url ?? '/');
+    const noHost = missingHost(request);
+    if (noHost !== null) {
+      reply.header('connection', 'close');
+      sendProblem(reply, noHost);
+      return;
+    }
+    const url = request.raw.url ?? '/';
+    const path = pathOf(url);
     const split = splitRequestPath(path);
     if (!split.ok) {
       sendProblem(reply, new ProblemError('bad-request', split.reason));
+      return;
+    }
+    if (path.length < url.length && METHOD_OVERRIDE_QUERY.test(url.slice(path.length))) {
+      sendProblem(
+        reply,
+        new ProblemError(
+          'bad-request',
+          'a "_method" query parameter would override the method at the upstream; send the real method',
+        ),
+      );
       return;
     }
     const policy = opts.policy.current;

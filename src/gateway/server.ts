@@ -13,7 +13,12 @@ import { deferContinue } from '../http/continue.js';
 import { fencePlugin } from './fence.js';
 import { SessionObserver } from './observer.js';
 import { GatewaySessions, type SessionSettings } from './session.js';
-import { errorHandler } from '../http/problems.js';
+import {
+  clientErrorProblem,
+  errorHandler,
+  HTTP_SERVER_OPTIONS,
+  refuseUnknownExpectations,
+} from '../http/problems.js';
 import { routingPlugin } from './routing.js';
 import { servePlugin } from './serve.js';
 import { StoreGuard, type StoreGuardOptions } from './store-guard.js';
@@ -57,10 +62,13 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
     return503OnClosing: true,
     // Errors raised before routing (a URL that does not decode) are problems too.
     frameworkErrors: (error, request, reply) => errorHandler(error, request, reply),
+    clientErrorHandler: clientErrorProblem,
+    http: HTTP_SERVER_OPTIONS,
   }) as unknown as FastifyInstance;
 
   // 100 Continue is sent by the forward step once the fence admitted the request, not on arrival.
   deferContinue(app.server);
+  refuseUnknownExpectations(app.server);
 
   const guard = new StoreGuard(opts.store, opts.metrics, app.log, opts.storeBreaker);
   const sessions = new GatewaySessions(opts.store, opts.metrics, app.log, opts.session);

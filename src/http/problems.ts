@@ -6,7 +6,16 @@
  * listener, part of the proxy's contract; `not-found` on the control listener).
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { PROBLEM_CONTENT_TYPE, ProblemError, StoreUnavailableError, type ProblemCode } from '../errors.js';
+import { STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import {
+  PROBLEM_CONTENT_TYPE,
+  PROBLEMS,
+  ProblemError,
+  StoreUnavailableError,
+  problemBody,
+  type ProblemCode,
+} from '../errors.js';
 import { awaitingContinue } from './continue.js';
 
 export function sendProblem(reply: FastifyReply, problem: ProblemError): FastifyReply {
@@ -55,6 +64,64 @@ export function problemFor(error: FastifyError | Error, request: FastifyRequest)
 
 export function errorHandler(error: FastifyError | Error, request: FastifyRequest, reply: FastifyReply) {
   return sendProblem(reply, problemFor(error, request));
+}
+
+/**
+ * Node's HTTP parser refused the bytes before there was a request (a bad request line or
+ * header, headers too large, a request that did not arrive in time): the answer is a
+ * problem like every other refusal, then the connection closes. Given to fastify as its
+ * `clientErrorHandler` on both listeners.
+ */
+export function clientErrorProblem(err: Error & { code?: string }, socket: Socket): void {
+  // A reset connection, or one with an answer already under way, gets nothing more.
+  if (err.code === 'ECONNRESET' || !socket.writable || socket.bytesWritten > 0) {
+    socket.destroy();
+    return;
+  }
+  const code: ProblemCode =
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? 'headers-too-large'
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? 'request-timeout'
+        : 'bad-request';
+  const { status } = PROBLEMS[code];
+  const detail = `the HTTP parser refused the request${err.code ? ` (${err.code})` : ''}`;
+  const body = JSON.stringify(problemBody(code, detail));
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\n` +
+      `content-type: ${PROBLEM_CONTENT_TYPE}\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+      `connection: close\r\n\r\n${body}`,
+  );
+}
+
+/**
+ * Fastify apps that answer a missing Host themselves: Node's own check (`requireHostHeader`)
+ * would answer a bare 400 with no body. Both listeners take these server options.
+ */
+export const HTTP_SERVER_OPTIONS = { requireHostHeader: false };
+
+/**
+ * An `Expect` other than 100-continue: Node answers 417 by itself (no body) unless the
+ * server listens for `checkExpectation`; this answers it as a problem, on both listeners.
+ */
+export function refuseUnknownExpectations(server: Server): void {
+  server.on('checkExpectation', (_req: IncomingMessage, res: ServerResponse) => {
+    const body = JSON.stringify(
+      problemBody('expectation-failed', 'only "Expect: 100-continue" is supported'),
+    );
+    res.writeHead(PROBLEMS['expectation-failed'].status, {
+      'content-type': PROBLEM_CONTENT_TYPE,
+      'content-length': Buffer.byteLength(body),
+      connection: 'close',
+    });
+    res.end(body);
+  });
+}
+
+/** An HTTP/1.1 request without a Host header (RFC 9112 §3.2 says 400), as a problem; null when it has one. */
+export function missingHost(request: FastifyRequest): ProblemError | null {
+  if (request.headers.host !== undefined || request.raw.httpVersion !== '1.1') return null;
+  return new ProblemError('bad-request', 'an HTTP/1.1 request must carry a Host header');
 }
 
 /**

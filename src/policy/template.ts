@@ -72,6 +72,8 @@ function parsePlaceholder(inner: string): TemplatePart | string {
   if (inner.startsWith('header.')) {
     const name = inner.slice('header.'.length).toLowerCase();
     if (!HEADER_NAME.test(name)) return `invalid header name in "{${inner}}"`;
+    if (name.includes('_'))
+      return `the gateway drops header names with "_" (as nginx does), so "{${inner}}" would never be found`;
     if (
       FORBIDDEN_LOCK_HEADERS.has(name) ||
       name.startsWith('x-fencegate-') ||

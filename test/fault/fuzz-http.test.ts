@@ -114,7 +114,6 @@ describe('HTTP fuzzing of both listeners (raw TCP)', () => {
     const violations: string[] = [];
     const tally = new Map<string, number>();
     const bump = (k: string) => tally.set(k, (tally.get(k) ?? 0) + 1);
-    const parserNotes = new Map<string, number>();
     const statuses = new Map<number, number>();
     let ran = 0;
     let stoppedEarly = false;
@@ -186,10 +185,6 @@ describe('HTTP fuzzing of both listeners (raw TCP)', () => {
           const v: Verdict = classify(c.listener, r, problems, (c.methods[k] ?? '').toUpperCase() === 'HEAD');
           bump(`verdict:${v.kind}`);
           if (v.kind === 'violation') fail(`${v.why} (status ${v.status}, body ${showBytes(r.body, 300)})`);
-          if (v.kind === 'parser') {
-            const key = `${c.listener} ${v.status}`;
-            parserNotes.set(key, (parserNotes.get(key) ?? 0) + 1);
-          }
           if (v.kind === 'known-bug') bump(`known-bug:${v.bug}`);
           if (v.kind === 'upstream') upstreamAnswers++;
           if (v.kind === 'problem' || v.kind === 'known-bug') refusals++;
@@ -251,7 +246,6 @@ describe('HTTP fuzzing of both listeners (raw TCP)', () => {
       ms,
       statuses: Object.fromEntries([...statuses].sort((a, b) => a[0] - b[0])),
       tally: Object.fromEntries([...tally].sort()),
-      nodeParserAnswers: Object.fromEntries(parserNotes),
       aliasesAcquired: aliases.size,
       knownBugs: Object.keys(KNOWN_BUGS),
     };

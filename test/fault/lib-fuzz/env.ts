@@ -66,23 +66,27 @@ routes:
     methods: [GET, HEAD, POST, PUT, PATCH, DELETE]
     path: /orders/open
     upstream: sample
+    shadows: [fenced] # literal ids before the general fenced route, on purpose
   - name: leased
     methods: [POST, PUT, PATCH, DELETE]
     path: /orders/leased
     upstream: sample
     lock: leased
     fencing: { check: lease }
+    shadows: [fenced]
   - name: shadowed
     methods: [POST, PUT, PATCH, DELETE]
     path: /orders/shadowed
     upstream: sample
     lock: shadowed
     fencing: { enforce: false }
+    shadows: [fenced]
   - name: tenanted
     methods: [POST, PUT, PATCH, DELETE]
     path: /orders/tenanted
     upstream: sample
     lock: 'tenant:{header.x-tenant}'
+    shadows: [fenced]
   - name: fenced
     methods: [POST, PUT, PATCH, DELETE]
     path: /orders/:orderId

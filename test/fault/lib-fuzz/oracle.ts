@@ -28,8 +28,6 @@ export function documentedStatuses(problems: Map<string, number>): Set<number> {
 
 export type Verdict =
   | { kind: 'problem'; code: string; status: number }
-  /** Node's HTTP parser (via fastify's clientError handler) refused the bytes before fencegate saw a request. */
-  | { kind: 'parser'; status: number }
   /** The sample upstream's own answer, passed through by the gateway. */
   | { kind: 'upstream'; status: number }
   /** A control-listener success. */
@@ -55,15 +53,6 @@ function parseJson(body: Buffer): unknown {
 
 const isObj = (v: unknown): v is Record<string, unknown> =>
   v !== null && typeof v === 'object' && !Array.isArray(v);
-
-/** Fastify's clientError handler answers parser errors with exactly these bodies. */
-function isParserAnswer(r: RawResponse): boolean {
-  const j = parseJson(r.body);
-  if (r.status === 400 && r.body.length === 0) return true;
-  if (r.status === 417 && (r.body.length === 0 || (isObj(j) && j.statusCode === 417))) return true; // Expect: <not 100-continue>
-  if (!isObj(j) || Object.keys(j).sort().join() !== 'error,message,statusCode') return false;
-  return (r.status === 400 && j.message === 'Client Error') || (r.status === 431 && j.statusCode === 431);
-}
 
 export function classify(
   listener: 'data' | 'control',
@@ -96,16 +85,6 @@ export function classify(
       return { kind: 'violation', why: `${code} while the upstream is up and fast`, status };
     return { kind: 'problem', code, status };
   }
-  if (isParserAnswer(r)) return { kind: 'parser', status };
-  // The parser's answer has a body even for HEAD; the raw reader skips bodies of HEAD answers.
-  if (
-    head &&
-    [400, 417, 431].includes(status) &&
-    r.body.length === 0 &&
-    ct.startsWith('application/json') &&
-    !r.headers.date
-  )
-    return { kind: 'parser', status };
   if (listener === 'data') {
     // The sample answers {"error": "..."} (404/405/413) or an order / list / write log (2xx).
     if ([200, 201, 204].includes(status)) return { kind: 'upstream', status };

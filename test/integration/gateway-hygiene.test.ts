@@ -1,0 +1,170 @@
+/**
+ * Request hygiene on the data listener: what a careless or hostile client sends that the
+ * upstream's framework would read as a different method, path or gateway header never
+ * reaches it; what the upstream sends as the gateway's own headers never reaches the
+ * client; Node's parser refusals are problems like every other refusal.
+ */
+import { connect } from 'node:net';
+import { request } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Store } from '../../src/store/types.js';
+import {
+  mint,
+  ordersPolicy,
+  startGateway,
+  startUpstream,
+  type TestGateway,
+  type TestUpstream,
+} from '../helpers/gateway-harness.js';
+import { MemoryStore } from '../helpers/memory-store.js';
+
+/** Sends raw bytes and returns everything the server sent until it closed (or 2 s passed). */
+function raw(port: number, text: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1');
+    let out = '';
+    socket.setTimeout(2000, () => socket.end());
+    socket.on('data', (d) => (out += d.toString('latin1')));
+    socket.on('close', () => resolve(out));
+    socket.on('error', reject);
+    socket.write(text);
+  });
+}
+
+function parse(response: string): { status: number; headers: string; body: unknown } {
+  const end = response.indexOf('\r\n\r\n');
+  const body = response.slice(end + 4);
+  return {
+    status: Number(/^HTTP\/1\.1 (\d{3})/.exec(response)?.[1] ?? 0),
+    headers: response.slice(0, end).toLowerCase(),
+    body: parseJson(body),
+  };
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return text;
+  }
+}
+
+describe('request hygiene on the data listener', () => {
+  let store: Store;
+  let upstream: TestUpstream;
+  let gw: TestGateway;
+  let token: string;
+
+  beforeAll(async () => {
+    store = new MemoryStore();
+    upstream = await startUpstream((req, res) => {
+      // An upstream (or something between) that speaks as the gateway.
+      res.writeHead(200, {
+        'content-type': 'application/json',
+        'x-fencegate-route': 'forged',
+        'x-fencegate-fence': 'admitted',
+      });
+      res.end('{}');
+    });
+    gw = await startGateway({ store, policy: ordersPolicy(upstream.url) });
+    token = String((await mint(store, 'order:1')).token);
+  });
+  afterAll(async () => {
+    await gw.close();
+    await upstream.close();
+  });
+
+  it('method- and path-override headers never reach the upstream', async () => {
+    upstream.hits.length = 0;
+    const res = await request(`${gw.url}/orders/1`, {
+      method: 'GET',
+      headers: {
+        'x-http-method-override': 'PUT',
+        'x-http-method': 'DELETE',
+        'x-method-override': 'PATCH',
+        'x-original-url': '/orders/2',
+        'x-rewrite-url': '/orders/3',
+        'x-keep': 'yes',
+      },
+    });
+    await res.body.text();
+    expect(res.statusCode).toBe(200);
+    const h = upstream.hits[0]!.headers;
+    for (const name of [
+      'x-http-method-override',
+      'x-http-method',
+      'x-method-override',
+      'x-original-url',
+      'x-rewrite-url',
+    ]) {
+      expect(h[name], name).toBeUndefined();
+    }
+    expect(h['x-keep']).toBe('yes');
+  });
+
+  it('header names with "_" are dropped, so `fencing_token` cannot pose as the real header', async () => {
+    upstream.hits.length = 0;
+    const response = parse(
+      await raw(
+        gw.port,
+        `PUT /orders/1 HTTP/1.1\r\nHost: x\r\nFencing-Token: ${token}\r\nfencing_token: 999999999999\r\n` +
+          'x_fencegate_lock: order:2\r\nX_Custom: 1\r\nX-Custom: 2\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx',
+      ),
+    );
+    expect(response.status).toBe(200);
+    const h = upstream.hits[0]!.headers;
+    expect(Object.keys(h).filter((n) => n.includes('_'))).toEqual([]);
+    expect(h['fencing-token']).toBe(token);
+    expect(h['x-custom']).toBe('2');
+  });
+
+  it('a `_method` query parameter is refused before routing, plain or percent-encoded', async () => {
+    upstream.hits.length = 0;
+    for (const query of ['?_method=PUT', '?a=1&_method=delete', '?%5Fmethod=PUT', '?_method[]=PUT']) {
+      const res = await request(`${gw.url}/orders/1${query}`);
+      expect(res.statusCode, query).toBe(400);
+      expect(res.headers['content-type']).toContain('application/problem+json');
+      const body = (await res.body.json()) as { type: string; detail: string };
+      expect(body.type).toBe('urn:fencegate:bad-request');
+      expect(body.detail).toContain('_method');
+    }
+    expect(upstream.hits).toHaveLength(0);
+    // A parameter that merely ends in "_method" is someone's data.
+    const ok = await request(`${gw.url}/orders/1?shipping_method=air`);
+    await ok.body.text();
+    expect(ok.statusCode).toBe(200);
+  });
+
+  it('x-fencegate-* headers from the upstream never reach the client', async () => {
+    const res = await request(`${gw.url}/orders/1`, {
+      method: 'PUT',
+      headers: { 'fencing-token': token },
+      body: '{}',
+    });
+    await res.body.text();
+    expect(res.statusCode).toBe(200);
+    expect(Object.keys(res.headers).filter((n) => n.startsWith('x-fencegate-'))).toEqual([]);
+  });
+
+  it("Node's parser refusals are problem+json, and the connection closes", async () => {
+    const cases: [string, number, string][] = [
+      ['GET /orders/1 HTTP/1.1\r\nHost: x\r\nBad Header: 1\r\n\r\n', 400, 'bad-request'],
+      ['GARBAGE\r\n\r\n', 400, 'bad-request'],
+      [
+        'PUT /orders/1 HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\nContent-Length: 1\r\n\r\nx',
+        417,
+        'expectation-failed',
+      ],
+      // Node's own Host check would answer a bare 400 with no body.
+      ['DELETE /orders/1 HTTP/1.1\r\nFencing-Token: 1\r\n\r\n', 400, 'bad-request'],
+      [`GET /orders/1 HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 431, 'headers-too-large'],
+    ];
+    for (const [bytes, status, code] of cases) {
+      const response = parse(await raw(gw.port, bytes));
+      expect(response.status, bytes.slice(0, 20)).toBe(status);
+      expect(response.headers).toContain('content-type: application/problem+json');
+      expect(response.headers).toContain('connection: close');
+      expect(response.body).toMatchObject({ type: `urn:fencegate:${code}`, status });
+    }
+  });
+});
