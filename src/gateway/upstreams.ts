@@ -101,6 +101,8 @@ const signatures = new WeakMap<CompiledUpstream, string>();
 
 export class UpstreamPool {
   private readonly clients = new Map<string, Client>();
+  /** Upstreams whose breaker state series exist (fencegate_breaker_state). */
+  private readonly seeded = new Set<string>();
 
   /** The `undici` option for @fastify/reply-from. */
   readonly dispatcher = { request: (opts: RequestOptions, cb: Callback) => this.dispatch(opts, cb) };
@@ -119,7 +121,26 @@ export class UpstreamPool {
   retain(policy: CompiledPolicy): void {
     for (const [name, client] of this.clients) {
       const upstream = Object.hasOwn(policy.upstreams, name) ? policy.upstreams[name] : undefined;
-      if (upstream === undefined || signatureOf(upstream) !== client.signature) this.drop(name, client);
+      if (upstream === undefined || signatureOf(upstream) !== client.signature) void this.drop(name, client);
+    }
+    for (const name of this.seeded) {
+      if (!Object.hasOwn(policy.upstreams, name)) {
+        this.seeded.delete(name);
+        this.metrics.dropBreaker(name);
+      }
+    }
+  }
+
+  /**
+   * Makes the breaker state of `kind`'s upstreams in `policy` visible from the start
+   * (closed until a client exists: no circuit has opened). Called by the kinds that
+   * forward through this pool.
+   */
+  seed(policy: CompiledPolicy, kind: string): void {
+    for (const upstream of Object.values(policy.upstreams)) {
+      if (upstream.kind !== kind || this.seeded.has(upstream.name)) continue;
+      this.seeded.add(upstream.name);
+      if (!this.clients.has(upstream.name)) this.metrics.setBreakerState(upstream.name, 'closed');
     }
   }
 
@@ -140,7 +161,7 @@ export class UpstreamPool {
     const client = this.client(upstream);
     const started = performance.now();
     const observe = (statusClass: string) =>
-      this.metrics.upstreamSeconds.observe(
+      this.metrics.upstreamRequestSeconds.observe(
         { upstream: upstream.name, status_class: statusClass },
         (performance.now() - started) / 1000,
       );
@@ -194,7 +215,9 @@ export class UpstreamPool {
           'upstream circuit opened: requests get 502 until it recovers',
         ),
       onClose: () => this.log.warn({ upstream: upstream.name }, 'upstream circuit closed'),
+      onState: (state) => this.metrics.setBreakerState(upstream.name, state),
     });
+    this.seeded.add(upstream.name);
     const client = { signature, agent, target: guardedTarget(agent), breaker };
     this.clients.set(upstream.name, client);
     return client;
