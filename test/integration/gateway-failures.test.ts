@@ -157,6 +157,12 @@ describe.each(GATEWAY_STORES)('upstream failures on $name store', (factory) => {
     expect(String(open.body.detail)).toContain('circuit breaker is open');
     expect(Number(open.headers['retry-after'])).toBeGreaterThanOrEqual(1);
     expect(upstream.hits.length).toBe(hits);
+    const states = (await gw.metrics.breakerState.get()).values.filter((v) => v.labels.breaker === 'orders');
+    expect(states.map((v) => [v.labels.state, v.value])).toEqual([
+      ['closed', 0],
+      ['half_open', 0],
+      ['open', 1],
+    ]);
   });
 
   it('upstream 5xx answers pass through and do not open the circuit', async () => {
