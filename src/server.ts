@@ -65,7 +65,7 @@ export async function startServer(
   const closers: (() => Promise<unknown>)[] = [() => store.close()];
   try {
     const events = new EventLog({
-      log: fencedWriteLog(logger.child({ listener: 'data' }), metrics.logLinesSuppressed),
+      log: fencedWriteLog(logger, metrics.logLinesSuppressed),
     });
     const issuer = new Issuer(store, metrics, {
       minTtlMs: config.minTtlMs,

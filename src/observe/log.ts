@@ -73,9 +73,10 @@ export function levelEnabled(log: object, level: string): boolean {
 }
 
 /**
- * The EventLog's log callback: a warn line per fenced write the rate limit lets
- * through (the event under `event`), and for the lines it held back one summary line
- * (`suppressed`: how many), also counted in fencegate_log_lines_suppressed_total.
+ * The EventLog's log callback: a warn line per event the rate limit lets through (the
+ * event under `event`; message `<type>: <reason>`, e.g. `fenced-write: stale`), and for
+ * the lines it held back one summary line (`suppressed`: how many), also counted in
+ * fencegate_log_lines_suppressed_total.
  */
 export function fencedWriteLog(
   log: Logger,
@@ -86,10 +87,11 @@ export function fencedWriteLog(
       suppressedLines.inc(entry.suppressed);
       log.warn(
         { suppressed: entry.suppressed },
-        `${entry.suppressed} fenced-write log lines suppressed by the rate limit`,
+        `${entry.suppressed} event log lines suppressed by the rate limit`,
       );
     } else {
-      log.warn({ event: entry }, `fenced write: ${entry.reason}`);
+      const type = (entry as { type?: string }).type ?? 'fenced-write';
+      log.warn({ event: entry }, `${type}: ${entry.reason}`);
     }
   };
 }

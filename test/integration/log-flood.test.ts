@@ -115,7 +115,7 @@ describe('a flood of stale writes', () => {
     const windows = Math.ceil(seconds) + 1;
     expect(fenced.length).toBeLessThanOrEqual(LIMIT * windows);
     expect(summaries.length).toBeLessThanOrEqual(windows);
-    expect(fenced[0]).toMatchObject({ level: 40, msg: 'fenced write: stale' });
+    expect(fenced[0]).toMatchObject({ level: 40, msg: 'fenced-write: stale' });
     expect(fenced[0]?.event).toMatchObject({ route: 'order-writes', lock: 'order:1', reason: 'stale' });
 
     // The ring stays within its capacity; every write was still an event.
