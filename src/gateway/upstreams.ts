@@ -160,11 +160,10 @@ export class UpstreamPool {
     const { upstream } = forward;
     const client = this.client(upstream);
     const started = performance.now();
-    const observe = (statusClass: string) =>
-      this.metrics.upstreamRequestSeconds.observe(
-        { upstream: upstream.name, status_class: statusClass },
-        (performance.now() - started) / 1000,
-      );
+    const { metrics } = this;
+    // statusClass: 1–5 for 1xx–5xx, 0 for no answer (fencegate_upstream_request_duration_seconds).
+    const observe = (statusClass: number) =>
+      metrics.upstreamTiming(upstream.name, statusClass).observe((performance.now() - started) / 1000);
     forward.started();
     const { guard } = forward;
     const request = {
@@ -179,7 +178,7 @@ export class UpstreamPool {
       .fire(() => guardedRequest(client, guard, request), excused)
       .then(
         (res) => {
-          observe(`${Math.floor(res.statusCode / 100)}xx`);
+          observe(Math.floor(res.statusCode / 100));
           forward.settled();
           // When the client has already gone, reply-from destroys this body without an error
           // listener, and undici's body then emits RequestAbortedError: unhandled, it would
@@ -189,7 +188,7 @@ export class UpstreamPool {
           cb(null, res);
         },
         (err: Error) => {
-          observe('error');
+          observe(0);
           forward.settled();
           cb(err);
         },

@@ -12,7 +12,9 @@
  * Hot-path counters (requests, admitted writes, drain timeouts) are Tallies: a plain
  * number per label set, resolved once per route and added to prom-client's counter
  * when /metrics is scraped. An increment is then one property addition, where
- * counter.inc(labels) would build a label hash string and validate the labels.
+ * counter.inc(labels) would build a label hash string and validate the labels
+ * (~0.5 µs). Hot-path histograms (store operations, upstream requests) keep their
+ * buckets the same way (HistogramCell: ~20 ns an observation instead of ~0.8 µs).
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { CompiledPolicy } from '../policy/index.js';
@@ -101,6 +103,86 @@ class TalliedCounter<L extends string> {
   }
 }
 
+/** One histogram series as plain numbers: `cell.observe(seconds)` on the hot path. */
+export class HistogramCell {
+  /** Observations per bucket (not cumulative); above the last bound only in `count`. */
+  readonly counts: Float64Array;
+  sum = 0;
+  count = 0;
+
+  constructor(private readonly bounds: readonly number[]) {
+    this.counts = new Float64Array(bounds.length);
+  }
+
+  observe(value: number): void {
+    const bounds = this.bounds;
+    let i = 0;
+    while (i < bounds.length && value > (bounds[i] as number)) i += 1;
+    if (i < bounds.length) this.counts[i] = (this.counts[i] as number) + 1;
+    this.sum += value;
+    this.count += 1;
+  }
+}
+
+/**
+ * A prom-client Histogram whose series are HistogramCells, exported by get() (which the
+ * registry reads for /metrics) in the same form as prom-client's own series.
+ */
+class TalliedHistogram<L extends string> extends Histogram<L> {
+  private readonly bounds: readonly number[];
+  private readonly metric: string;
+  private readonly cells = new Map<string, { labels: Record<L, string>; cell: HistogramCell }>();
+
+  constructor(config: {
+    name: string;
+    help: string;
+    labelNames: readonly L[];
+    buckets: number[];
+    registers: Registry[];
+  }) {
+    super(config);
+    this.bounds = [...config.buckets].sort((a, b) => a - b);
+    this.metric = config.name;
+  }
+
+  /** The cell of one label set (its series exists, at 0, from now on). */
+  cell(labels: Record<L, string>): HistogramCell {
+    const key = Object.values<string>(labels).join('\u0000');
+    let entry = this.cells.get(key);
+    if (entry === undefined) {
+      entry = { labels, cell: new HistogramCell(this.bounds) };
+      this.cells.set(key, entry);
+    }
+    return entry.cell;
+  }
+
+  /**
+   * What the registry reads for /metrics (and get() for JSON): prom-client's own series
+   * followed by the cells', in prom-client's form (`le` in labels, the series' labels in
+   * sharedLabels). test/unit/metrics-tallies.test.ts compares the two expositions.
+   */
+  async getForPromString(): Promise<{ values: Record<string, unknown>[] }> {
+    const parent = (Histogram.prototype as unknown as Record<string, unknown>).getForPromString as (
+      this: unknown,
+    ) => Promise<{ values: Record<string, unknown>[] }>;
+    const base = await parent.call(this);
+    const bucket = `${this.metric}_bucket`;
+    for (const { labels, cell } of this.cells.values()) {
+      let cumulative = 0;
+      this.bounds.forEach((le, i) => {
+        cumulative += cell.counts[i] as number;
+        base.values.push({ labels: { le }, sharedLabels: labels, value: cumulative, metricName: bucket });
+      });
+      base.values.push(
+        { labels: { le: '+Inf' }, sharedLabels: labels, value: cell.count, metricName: bucket },
+        { labels: {}, sharedLabels: labels, value: cell.sum, metricName: `${this.metric}_sum` },
+        { labels: {}, sharedLabels: labels, value: cell.count, metricName: `${this.metric}_count` },
+      );
+    }
+    return base;
+  }
+}
+
 /** A fenced route's hot-path tallies, resolved once per route name. */
 export interface FenceTallies {
   readonly admitted: Tally;
@@ -136,6 +218,7 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
     labelNames: ['route'] as const,
     registers,
   });
+  const upstreamTimings = new Map<string, (HistogramCell | undefined)[]>();
   const routeRequests = new Map<string, readonly Tally[]>();
   const fenceTallies = new Map<string, FenceTallies>();
   const none = requestTallies(NO_ROUTE);
@@ -211,7 +294,7 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
       buckets: [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30],
       registers,
     }),
-    storeOperationSeconds: new Histogram({
+    storeOperationSeconds: new TalliedHistogram({
       name: 'fencegate_store_operation_duration_seconds',
       help: 'Time of each lock/fence store operation, issuer and gateway side, failed ones included',
       labelNames: ['op'] as const,
@@ -224,7 +307,7 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
       labelNames: ['op'] as const,
       registers,
     }),
-    upstreamRequestSeconds: new Histogram({
+    upstreamRequestSeconds: new TalliedHistogram({
       name: 'fencegate_upstream_request_duration_seconds',
       help: 'Time from sending a request to an HTTP upstream until its response headers (or failure), by upstream and status class',
       labelNames: ['upstream', 'status_class'] as const,
@@ -292,6 +375,26 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
         fenceTallies.set(route, t);
       }
       return t;
+    },
+
+    /**
+     * The fencegate_upstream_request_duration_seconds cell of an upstream and status
+     * class: 1–5 for 1xx–5xx, 0 for `error` (no answer). Made on first use.
+     */
+    upstreamTiming(upstream: string, status: number): HistogramCell {
+      const statusClass = status >= 1 && status <= 5 ? status : 0;
+      let byClass = upstreamTimings.get(upstream);
+      if (byClass === undefined) {
+        byClass = [];
+        upstreamTimings.set(upstream, byClass);
+      }
+      let cell = byClass[statusClass];
+      if (cell === undefined) {
+        const label = statusClass === 0 ? 'error' : (STATUS_CLASSES[statusClass - 1] ?? 'error');
+        cell = metrics.upstreamRequestSeconds.cell({ upstream, status_class: label });
+        byClass[statusClass] = cell;
+      }
+      return cell;
     },
 
     /** fencegate_requests_total tallies of requests that matched no route. */
