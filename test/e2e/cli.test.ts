@@ -49,6 +49,8 @@ describe('fencegate CLI', () => {
     expect(help.code).toBe(0);
     expect(help.stdout).toContain('fencegate serve');
     expect(help.stdout).toContain('FENCEGATE_STORE');
+    for (const flag of ['--log-level', '--log-format json|pretty', '--access-log on|off|FRACTION'])
+      expect(help.stdout).toContain(flag);
     const v = await runCli(['--version']);
     expect(v.stdout.trim()).toMatch(/^\d+\.\d+\.\d+$/);
   });
