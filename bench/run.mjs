@@ -80,7 +80,7 @@ async function fencegate(store, policyDir, extra = []) {
       'error',
       ...extra,
     ],
-    /listening data=(\S+) control=(\S+)/,
+    /listening data=([^\s"]+) control=([^\s"]+)/,
   );
   return { child, data: m[1], control: m[2] };
 }

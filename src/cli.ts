@@ -1,6 +1,8 @@
 /**
  * The `fencegate` command: serve, check, epoch bump, --help, --version.
- * Errors are one line on stderr and a non-zero exit code.
+ * Errors that stop a command are one plain line on stderr (`fencegate: <message>`) and
+ * a non-zero exit code. Once `serve` has its logger, everything it prints is a pino
+ * log line (src/observe/log.ts); a start that fails then is also logged (fatal).
  */
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -32,8 +34,13 @@ serve options (environment variable in brackets):
   --store-reset-timeout-ms N           how long the store's open circuit refuses fenced writes [FENCEGATE_STORE_RESET_TIMEOUT_MS] (default 5000)
   --session-ttl-ms N                   how long other gateways wait on this one's silent session before dropping
                                        its in-flight writes at the drain barrier [FENCEGATE_SESSION_TTL_MS] (default 6000)
-  --log-level LEVEL                    fatal|error|warn|info|debug [FENCEGATE_LOG_LEVEL] (default info)
-Port 0 picks a free port; the addresses actually bound are printed at start.
+  --log-level LEVEL                    fatal|error|warn|info|debug|trace|silent [FENCEGATE_LOG_LEVEL] (default info)
+  --log-format json|pretty             one JSON object per line, or readable [FENCEGATE_LOG_FORMAT]
+                                       (default pretty when stdout is a terminal, else json)
+  --access-log on|off|FRACTION         a log line per data-listener request at info; a fraction such as
+                                       0.01 logs that share of them [FENCEGATE_ACCESS_LOG] (default on)
+Port 0 picks a free port; the addresses actually bound are logged at start (the line with
+"listening data=URL control=URL", shown at every log level but silent).
 `;
 
 function fail(message: string): number {
@@ -86,6 +93,8 @@ async function serve(args: string[]): Promise<number> {
       'store-reset-timeout-ms': { type: 'string' },
       'session-ttl-ms': { type: 'string' },
       'log-level': { type: 'string' },
+      'log-format': { type: 'string' },
+      'access-log': { type: 'string' },
     },
   });
   if (positionals.length > 0) return fail(`serve takes no arguments, got "${positionals[0]}"`);
@@ -101,24 +110,32 @@ async function serve(args: string[]): Promise<number> {
     storeResetTimeoutMs: values['store-reset-timeout-ms'],
     sessionTtlMs: values['session-ttl-ms'],
     logLevel: values['log-level'],
+    logFormat: values['log-format'],
+    accessLog: values['access-log'],
   };
   for (const k of Object.keys(flags) as (keyof RawSettings)[]) if (flags[k] === undefined) delete flags[k];
   const config = resolveConfig({ file: values.config, env: process.env, flags });
 
-  const { startServer, describeReload } = await import('./server.js');
-  const say = (line: string) => process.stdout.write(`fencegate: ${line}\n`);
+  const { startServer } = await import('./server.js');
+  const { createLogger, defaultLogFormat, lifecycleLogger } = await import('./observe/log.js');
+  const logger = createLogger({ level: config.logLevel, format: config.logFormat ?? defaultLogFormat() });
+  const lifecycle = lifecycleLogger(logger);
   let server;
   try {
-    server = await startServer(config, say);
+    server = await startServer(config, logger);
   } catch (err) {
-    return fail(err instanceof Error ? err.message : String(err));
+    const message = err instanceof Error ? err.message : String(err);
+    lifecycle.fatal({ err }, `could not start: ${message}`);
+    return fail(message);
   }
-  say(
-    `listening data=${server.data} control=${server.control}${server.sample ? ` sample=${server.sample}` : ''}`,
+  const { data, control, sample } = server;
+  lifecycle.info(
+    { data, control, sample },
+    `listening data=${data} control=${control}${sample ? ` sample=${sample}` : ''}`,
   );
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
-      say(`${signal}: shutting down`);
+      lifecycle.info({ signal }, `${signal}: shutting down`);
       process.off('SIGTERM', onTerm);
       process.off('SIGINT', onInt);
       process.off('SIGHUP', onHup);
@@ -126,13 +143,12 @@ async function serve(args: string[]): Promise<number> {
     };
     const onTerm = () => stop('SIGTERM');
     const onInt = () => stop('SIGINT');
-    const onHup = () => {
-      void server.policy.reload().then((r) => say(`SIGHUP: ${describeReload(r)}`));
-    };
+    const onHup = () => void server.reload('SIGHUP');
     process.on('SIGTERM', onTerm);
     process.on('SIGINT', onInt);
     process.on('SIGHUP', onHup);
   });
+  lifecycle.info('stopped');
   return 0;
 }
 

@@ -6,6 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { LineCounter, parseDocument, isMap, isScalar } from 'yaml';
 import type { Pair, Scalar } from 'yaml';
+import { LOG_FORMATS, LOG_LEVELS, type LogFormat, type LogLevel } from './observe/log.js';
 import { checkStoreSpec } from './store/index.js';
 import { namespaceProblem } from './store/namespace.js';
 
@@ -34,7 +35,11 @@ export interface ServeConfig {
   storeResetTimeoutMs: number;
   /** How long other gateways wait on this one's silent session before dropping its in-flight writes. */
   sessionTtlMs: number;
-  logLevel: string;
+  logLevel: LogLevel;
+  /** null: pretty when stdout is a terminal, else json. */
+  logFormat: LogFormat | null;
+  /** Share of data-listener requests written to the access log: 0 (off) to 1 (every one). */
+  accessLog: number;
 }
 
 export const DEFAULTS: ServeConfig = Object.freeze({
@@ -53,6 +58,8 @@ export const DEFAULTS: ServeConfig = Object.freeze({
   storeResetTimeoutMs: 5_000,
   sessionTtlMs: 6_000,
   logLevel: 'info',
+  logFormat: null,
+  accessLog: 1,
 });
 
 export class ConfigError extends Error {
@@ -78,6 +85,26 @@ function parseIntIn(value: string | number, where: string, min: number, max: num
   return n;
 }
 
+function parseEnum<T extends string>(
+  value: string | number | boolean,
+  where: string,
+  allowed: readonly T[],
+): T {
+  if (typeof value === 'string' && (allowed as readonly string[]).includes(value)) return value as T;
+  throw new ConfigError(`${where}: "${String(value)}" must be one of ${allowed.join('|')}`);
+}
+
+/** on (1), off (0), or the share of requests logged, a fraction between 0 and 1. */
+function parseAccessLog(value: string | number | boolean, where: string): number {
+  if (value === true || value === 'on') return 1;
+  if (value === false || value === 'off') return 0;
+  const n = typeof value === 'number' ? value : /^(0|1|0?\.\d+|1\.0*)$/.test(value) ? Number(value) : NaN;
+  if (!(n >= 0 && n <= 1)) {
+    throw new ConfigError(`${where}: "${String(value)}" must be on, off, or a fraction between 0 and 1`);
+  }
+  return n;
+}
+
 function parseBool(value: string | boolean, where: string): boolean {
   if (typeof value === 'boolean') return value;
   if (/^(1|true|yes|on)$/i.test(value)) return true;
@@ -87,7 +114,9 @@ function parseBool(value: string | boolean, where: string): boolean {
 
 export type RawSettings = Partial<Record<keyof ServeConfig, string | number | boolean>>;
 
-const KEYS: Record<keyof ServeConfig, 'string' | 'name' | 'hostport' | 'bool' | 'int' | 'hostport?'> = {
+type Kind = 'string' | 'name' | 'hostport' | 'bool' | 'int' | 'hostport?' | 'level' | 'format' | 'sample';
+
+const KEYS: Record<keyof ServeConfig, Kind> = {
   store: 'string',
   storeNamespace: 'name',
   listen: 'hostport',
@@ -102,7 +131,9 @@ const KEYS: Record<keyof ServeConfig, 'string' | 'name' | 'hostport' | 'bool' | 
   storeTimeoutMs: 'int',
   storeResetTimeoutMs: 'int',
   sessionTtlMs: 'int',
-  logLevel: 'string',
+  logLevel: 'level',
+  logFormat: 'format',
+  accessLog: 'sample',
 };
 
 export const ENV_VARS: Partial<Record<keyof ServeConfig, string>> = {
@@ -117,6 +148,8 @@ export const ENV_VARS: Partial<Record<keyof ServeConfig, string>> = {
   storeResetTimeoutMs: 'FENCEGATE_STORE_RESET_TIMEOUT_MS',
   sessionTtlMs: 'FENCEGATE_SESSION_TTL_MS',
   logLevel: 'FENCEGATE_LOG_LEVEL',
+  logFormat: 'FENCEGATE_LOG_FORMAT',
+  accessLog: 'FENCEGATE_ACCESS_LOG',
 };
 
 function applyOne(cfg: ServeConfig, key: keyof ServeConfig, value: string | number | boolean, where: string) {
@@ -148,6 +181,15 @@ function applyOne(cfg: ServeConfig, key: keyof ServeConfig, value: string | numb
       break;
     case 'int':
       target[key] = parseIntIn(value as string | number, where, 0, 86_400_000);
+      break;
+    case 'level':
+      target[key] = parseEnum(value, where, LOG_LEVELS);
+      break;
+    case 'format':
+      target[key] = parseEnum(value, where, LOG_FORMATS);
+      break;
+    case 'sample':
+      target[key] = parseAccessLog(value, where);
       break;
   }
 }

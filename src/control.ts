@@ -2,8 +2,8 @@
  * The control listener: the issuer API, /healthz, /readyz, /metrics and the
  * recent fenced-write events.
  */
-import Fastify from 'fastify';
-import type { FastifyInstance } from 'fastify';
+import Fastify, { LogController } from 'fastify';
+import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import {
   clientErrorProblem,
   errorHandler,
@@ -16,6 +16,7 @@ import {
 import type { Issuer } from './issuer/service.js';
 import issuerRoutes from './issuer/routes.js';
 import type { EventLog } from './observe/events.js';
+import { levelEnabled } from './observe/log.js';
 import type { Metrics } from './observe/metrics.js';
 import type { Store } from './store/types.js';
 
@@ -25,10 +26,20 @@ export async function buildControl(opts: {
   metrics: Metrics;
   events: EventLog;
   defaultTtlMs: number;
-  logLevel: string;
+  /** The process's root logger (lines get `listener: "control"`); or fastify's own at `logLevel`. */
+  logger?: FastifyBaseLogger;
+  logLevel?: string;
+  /** Log a line per request at info (probes and /metrics at debug). Default true. */
+  accessLog?: boolean;
 }): Promise<FastifyInstance> {
+  const loggerOption =
+    opts.logger !== undefined
+      ? { loggerInstance: opts.logger.child({ listener: 'control' }) }
+      : { logger: { level: opts.logLevel ?? 'info', base: { listener: 'control' } } };
   const app = Fastify({
-    logger: { level: opts.logLevel },
+    ...loggerOption,
+    // One access line per request (ControlLogController), not fastify's two at info.
+    logController: new ControlLogController(opts.accessLog ?? true),
     bodyLimit: 64 * 1024,
     routerOptions: { maxParamLength: 1024 },
     forceCloseConnections: true,
@@ -71,4 +82,37 @@ export async function buildControl(opts: {
   });
   app.get('/v1/events', async () => ({ total: opts.events.total, events: opts.events.recent(200) }));
   return app;
+}
+
+/** Probes and scrapes: logged at debug, so they do not drown the info log. */
+const QUIET_PATHS = new Set(['/healthz', '/readyz', '/metrics']);
+
+/** The control listener's access log: a line per request, probes and scrapes at debug. */
+class ControlLogController extends LogController {
+  constructor(private readonly enabled: boolean) {
+    super();
+  }
+
+  override incomingRequest(): void {}
+
+  override requestCompleted(_error: unknown, request: FastifyRequest, reply: FastifyReply): void {
+    if (this.enabled) logControlRequest(request, reply);
+  }
+}
+
+function logControlRequest(request: FastifyRequest, reply: FastifyReply): void {
+  const path = request.routeOptions.url ?? request.url.split('?', 1)[0] ?? '/';
+  const level = QUIET_PATHS.has(path) && reply.statusCode < 500 ? 'debug' : 'info';
+  if (!levelEnabled(request.log, level)) return;
+  request.log[level](
+    {
+      method: request.method,
+      path: request.url.split('?', 1)[0],
+      route: request.routeOptions.url ?? null,
+      status: reply.statusCode,
+      ms: Math.round(reply.elapsedTime * 1000) / 1000,
+      client: request.ip,
+    },
+    'request',
+  );
 }

@@ -5,4 +5,7 @@ export type { ProblemCode, ProblemBody } from './errors.js';
 export type * from './store/types.js';
 export { openStore } from './store/index.js';
 export { startServer } from './server.js';
+export type { RunningServer, ReloadTrigger } from './server.js';
+export { createLogger } from './observe/log.js';
+export type { Logger, LoggerOptions, LogFormat, LogLevel } from './observe/log.js';
 export * from './client/index.js';

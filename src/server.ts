@@ -7,8 +7,10 @@ import type { ServeConfig } from './config.js';
 import { buildControl } from './control.js';
 import { Issuer } from './issuer/service.js';
 import { EventLog } from './observe/events.js';
+import { fencedWriteLog, lifecycleLogger, silentLogger, type Logger } from './observe/log.js';
 import { createMetrics } from './observe/metrics.js';
 import type { Metrics } from './observe/metrics.js';
+import { instrumentStore } from './observe/store-metrics.js';
 import { openStore, redactStoreSpec } from './store/index.js';
 import type { Store } from './store/types.js';
 import { createGateway } from './gateway/index.js';
@@ -23,10 +25,13 @@ export interface RunningServer {
   store: Store;
   metrics: Metrics;
   policy: PolicyHolder;
+  /** Reloads the policy now (SIGHUP), counting and logging the outcome as a file change does. */
+  reload(trigger: ReloadTrigger): Promise<ReloadResult>;
   close(): Promise<void>;
 }
 
-export type Log = (line: string) => void;
+/** What started a policy reload: a file change seen by the watcher, or a signal. */
+export type ReloadTrigger = 'watch' | 'SIGHUP';
 
 function address(app: FastifyInstance): string {
   const a = app.server.address();
@@ -35,22 +40,33 @@ function address(app: FastifyInstance): string {
   return `http://${host}:${a.port}`;
 }
 
+/**
+ * Starts everything. `logger` is the process's root logger (src/observe/log.ts): the
+ * listeners log through children bound to `listener`, lifecycle lines (store, reloads)
+ * through lifecycleLogger.
+ */
 export async function startServer(
   config: Readonly<ServeConfig>,
-  log: Log = () => {},
+  logger: Logger = silentLogger(),
 ): Promise<RunningServer> {
+  const lifecycle = lifecycleLogger(logger);
   const opened = await PolicyHolder.open(config.policies);
   if (!opened.ok) throw new Error(`invalid policies: ${opened.errors.map(formatPolicyError).join('; ')}`);
   const policy = opened.holder;
 
-  const store = await openStore(config.store, {
-    allowVolatileRedis: config.allowVolatileRedis,
-    ...(config.storeNamespace ? { namespace: config.storeNamespace } : {}),
-  });
+  const metrics = createMetrics();
+  const store = instrumentStore(
+    await openStore(config.store, {
+      allowVolatileRedis: config.allowVolatileRedis,
+      ...(config.storeNamespace ? { namespace: config.storeNamespace } : {}),
+    }),
+    metrics,
+  );
   const closers: (() => Promise<unknown>)[] = [() => store.close()];
   try {
-    const metrics = createMetrics();
-    const events = new EventLog({ log: (e) => log(`fenced ${JSON.stringify(e)}`) });
+    const events = new EventLog({
+      log: fencedWriteLog(logger, metrics.logLinesSuppressed),
+    });
     const issuer = new Issuer(store, metrics, {
       minTtlMs: config.minTtlMs,
       maxTtlMs: config.maxTtlMs,
@@ -68,7 +84,8 @@ export async function startServer(
       metrics,
       events,
       defaultTtlMs: config.defaultTtlMs,
-      logLevel: config.logLevel,
+      logger,
+      accessLog: config.accessLog > 0,
     });
     closers.unshift(async () => {
       issuer.shutdown();
@@ -79,16 +96,23 @@ export async function startServer(
       policy,
       metrics,
       events,
-      logLevel: config.logLevel,
+      logger,
+      accessLog: config.accessLog,
       storeBreaker: { timeoutMs: config.storeTimeoutMs, resetTimeoutMs: config.storeResetTimeoutMs },
       session: { ttlMs: config.sessionTtlMs },
     });
     closers.unshift(() => gateway.close());
     await control.listen({ host: config.control.host, port: config.control.port });
     await gateway.listen({ host: config.listen.host, port: config.listen.port });
-    policy.watch((result) => log(describeReload(result)));
+    const reloaded = (result: ReloadResult, trigger: ReloadTrigger) => {
+      metrics.policyReloads.inc({ outcome: result.ok ? 'success' : 'failure' });
+      logReload(lifecycle, result, trigger);
+      return result;
+    };
+    policy.watch((result) => reloaded(result, 'watch'));
     closers.unshift(async () => policy.unwatch());
-    log(`store ${store.kind} ${redactStoreSpec(config.store)}`);
+    const spec = redactStoreSpec(config.store);
+    lifecycle.info({ store: store.kind, spec }, `store ${store.kind} ${spec}`);
     return {
       data: address(gateway),
       control: address(control),
@@ -96,6 +120,7 @@ export async function startServer(
       store,
       metrics,
       policy,
+      reload: async (trigger) => reloaded(await policy.reload(), trigger),
       close: () => runClosers(closers),
     };
   } catch (err) {
@@ -108,8 +133,23 @@ async function runClosers(closers: (() => Promise<unknown>)[]): Promise<void> {
   for (const c of closers.splice(0)) await c().catch(() => undefined);
 }
 
-export function describeReload(result: ReloadResult): string {
-  return result.ok
-    ? `policies reloaded (${result.policy.routes.length} routes)`
-    : `policy reload failed, keeping the last good policy:\n${result.errors.map(formatPolicyError).join('\n')}`;
+/**
+ * A reload's log line: info with the routes in force, or error with every problem
+ * (file:line:col: field: message) while the last good policy keeps serving.
+ */
+export function logReload(log: Logger, result: ReloadResult, trigger: ReloadTrigger): void {
+  const prefix = trigger === 'SIGHUP' ? 'SIGHUP: ' : '';
+  if (result.ok) {
+    const routes = result.policy.routes.map((r) => r.name);
+    log.info(
+      { reload: { outcome: 'success', trigger, routes } },
+      `${prefix}policies reloaded (${routes.length} routes)`,
+    );
+  } else {
+    const errors = result.errors.map(formatPolicyError);
+    log.error(
+      { reload: { outcome: 'failure', trigger, errors } },
+      `${prefix}policy reload failed, keeping the last good policy`,
+    );
+  }
 }

@@ -18,6 +18,7 @@
  * event emissions per call.
  */
 import CircuitBreaker from 'opossum';
+import type { BreakerState } from '../observe/metrics.js';
 
 export interface BreakerOptions {
   /** A call slower than this fails with code ETIMEDOUT; false: no timeout. */
@@ -28,6 +29,8 @@ export interface BreakerOptions {
   rollingWindowMs: number;
   onOpen?: () => void;
   onClose?: () => void;
+  /** Every state change (for fencegate_breaker_state); the circuit starts closed. */
+  onState?: (state: BreakerState) => void;
 }
 
 type Action = () => Promise<unknown>;
@@ -57,6 +60,13 @@ export class Breaker {
     this.circuit.on('open', () => (this.openedAt = performance.now()));
     if (opts.onOpen !== undefined) this.circuit.on('open', opts.onOpen);
     if (opts.onClose !== undefined) this.circuit.on('close', opts.onClose);
+    const onState = opts.onState;
+    if (onState !== undefined) {
+      this.circuit.on('open', () => onState('open'));
+      this.circuit.on('halfOpen', () => onState('half_open'));
+      this.circuit.on('close', () => onState('closed'));
+      onState('closed');
+    }
   }
 
   /** True while the circuit is open or half-open. */

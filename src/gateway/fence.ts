@@ -64,6 +64,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
 
   /** Waits at the drain barrier: null when cleared, else the 503 to answer with. */
   async function passBarrier(
+    route: string,
     lease: SessionLease,
     lock: string,
     token: FencingToken,
@@ -82,6 +83,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     if (outcome === 'cleared') return null;
     if (outcome instanceof ProblemError) return outcome;
     if (outcome === 'lapsed') return sessionLapsed(lock);
+    if (outcome === 'timeout') metrics.fenceOf(route).drainTimeouts.n += 1;
     const detail =
       outcome === 'aborted'
         ? 'the client went away at the drain barrier'
@@ -223,13 +225,13 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     }
     const token = first.token;
     if (!fencing.enforce) {
-      metrics.admittedWrites.inc({ route: route.name });
+      metrics.fenceOf(route.name).admitted.n += 1;
       state.fence = { mode: 'shadow-admitted', lock: first.lock, locks, token, entries: [] };
       return undefined;
     }
     if (!inGateway) {
       // The kind compares-and-sets inside the resource; the store judged issued/lease only.
-      metrics.admittedWrites.inc({ route: route.name });
+      metrics.fenceOf(route.name).admitted.n += 1;
       state.fence = { mode: 'resource', lock: first.lock, locks, token, entries: [] };
       return undefined;
     }
@@ -247,7 +249,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     for (const verdict of admitted) {
       if (verdict.lowerInflight === 0 || clientGone) continue;
       gone ??= new AbortController();
-      const barrier = await passBarrier(lease, verdict.lock, token, fencing, gone.signal);
+      const barrier = await passBarrier(route.name, lease, verdict.lock, token, fencing, gone.signal);
       if (barrier !== null) {
         finishAll();
         // A client that went away gets no event; the reply goes nowhere but must not reach the proxy.
@@ -257,7 +259,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
         return sendProblem(reply, barrier);
       }
     }
-    metrics.admittedWrites.inc({ route: route.name });
+    metrics.fenceOf(route.name).admitted.n += 1;
     state.fence = { mode: 'admitted', lock: first.lock, locks, token, entries };
     return undefined;
   }

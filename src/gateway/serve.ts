@@ -18,6 +18,7 @@ export interface ServeOptions {
 async function serve(app: FastifyInstance, opts: ServeOptions): Promise<void> {
   const runtimes = new Map<string, KindRuntime>();
   for (const [name, kind] of Object.entries(KINDS)) runtimes.set(name, kind.open(opts.env));
+  for (const runtime of runtimes.values()) runtime.retain(opts.policy.current);
   const unsubscribe = opts.policy.subscribe((policy) => {
     for (const runtime of runtimes.values()) runtime.retain(policy);
   });

@@ -6,7 +6,9 @@
 import { randomUUID } from 'node:crypto';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { EventLog } from '../observe/events.js';
-import type { Metrics } from '../observe/metrics.js';
+import { seedPolicy, type Metrics } from '../observe/metrics.js';
+import { instrumentStore } from '../observe/store-metrics.js';
+import { DataLogController } from './access.js';
 import type { PolicyHolder } from '../policy/index.js';
 import type { Store } from '../store/types.js';
 import { deferContinue } from '../http/continue.js';
@@ -29,9 +31,14 @@ export interface GatewayOptions {
   policy: PolicyHolder;
   metrics: Metrics;
   events: EventLog;
-  /** A pino-compatible logger; when absent, fastify's own logger at `logLevel` (default: off). */
+  /**
+   * A pino logger (the process's root logger); the listener logs through a child of it
+   * bound to `listener: "data"`. When absent, fastify's own logger at `logLevel` (default: off).
+   */
   logger?: FastifyBaseLogger;
   logLevel?: string;
+  /** Share of requests written to the access log at info: 0 (off, the default here) to 1 (all). */
+  accessLog?: number;
   /** Trust X-Forwarded-* from the peer (the gateway runs behind a load balancer). Default false. */
   trustProxy?: boolean;
   /** Circuit breaker around store calls on the request path. */
@@ -44,10 +51,12 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   const trustProxy = opts.trustProxy ?? false;
   const loggerOption =
     opts.logger !== undefined
-      ? { loggerInstance: opts.logger }
+      ? { loggerInstance: opts.logger.child({ listener: 'data' }) }
       : {
           logger:
-            opts.logLevel !== undefined && opts.logLevel !== 'silent' ? { level: opts.logLevel } : false,
+            opts.logLevel !== undefined && opts.logLevel !== 'silent'
+              ? { level: opts.logLevel, base: { listener: 'data' } }
+              : false,
         };
   const app = Fastify({
     ...loggerOption,
@@ -57,6 +66,8 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
     // child() serialises the bindings each time: a measurable cost on every request).
     childLoggerFactory: (logger, bindings, childOpts) => lazyChild(logger, bindings, childOpts),
     requestIdHeader: false,
+    // Counts every answered request and writes the sampled access line (not fastify's two).
+    logController: new DataLogController(opts.metrics, opts.accessLog ?? 0),
     // Uploads stream through for as long as they take; upstream timeouts bound the wait for answers.
     requestTimeout: 0,
     return503OnClosing: true,
@@ -70,14 +81,19 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   deferContinue(app.server);
   refuseUnknownExpectations(app.server);
 
-  const guard = new StoreGuard(opts.store, opts.metrics, app.log, opts.storeBreaker);
-  const sessions = new GatewaySessions(opts.store, opts.metrics, app.log, opts.session);
+  const store = instrumentStore(opts.store, opts.metrics);
+  const guard = new StoreGuard(store, opts.metrics, app.log, opts.storeBreaker);
+  const sessions = new GatewaySessions(store, opts.metrics, app.log, opts.session);
   guard.finishLater = (lock, requestId) => sessions.finishLater(lock, requestId);
   const observer = new SessionObserver(guard, app.log);
   await sessions.start();
   observer.startSweeping(Math.max(100, Math.floor(sessions.ttlMs / 2)));
   const pool = new UpstreamPool(opts.metrics, app.log);
-  const unsubscribe = opts.policy.subscribe((policy) => pool.retain(policy));
+  seedPolicy(opts.metrics, opts.policy.current);
+  const unsubscribe = opts.policy.subscribe((policy) => {
+    pool.retain(policy);
+    seedPolicy(opts.metrics, policy);
+  });
   app.addHook('onClose', async () => {
     unsubscribe();
     observer.stop();

@@ -1,11 +1,12 @@
 /**
  * Store calls on the request path, behind a circuit breaker (breaker.ts): while the
  * store is down, fenced writes fail fast with 503 fence-unavailable instead of each
- * waiting for a timeout. Every failure is counted (fencegate_store_errors_total).
+ * waiting for a timeout. Its state is fencegate_breaker_state{breaker="store"}; store
+ * failures are counted where the store is instrumented (src/observe/store-metrics.ts).
  */
 import { Breaker } from './breaker.js';
 import { ProblemError } from '../errors.js';
-import type { Metrics } from '../observe/metrics.js';
+import { STORE_BREAKER, type Metrics } from '../observe/metrics.js';
 import type { AdmitRequest, AdmitResult, Store } from '../store/types.js';
 
 export interface StoreGuardOptions {
@@ -28,7 +29,7 @@ export class StoreGuard {
 
   constructor(
     private readonly store: Store,
-    private readonly metrics: Metrics,
+    metrics: Metrics,
     private readonly log: GuardLog,
     options: StoreGuardOptions = {},
   ) {
@@ -44,6 +45,7 @@ export class StoreGuard {
           'fence store circuit opened: fenced writes get 503 until it recovers',
         ),
       onClose: () => this.log.warn({ store: store.kind }, 'fence store circuit closed'),
+      onState: (state) => metrics.setBreakerState(STORE_BREAKER, state),
     });
   }
 
@@ -92,7 +94,6 @@ export class StoreGuard {
     try {
       await this.store.finish(lock, requestId);
     } catch (err) {
-      this.metrics.storeErrors.inc({ op: 'finish' });
       this.log.warn(
         { err, lock, requestId },
         'could not finish in-flight entry; retrying after the next beat',
@@ -116,7 +117,6 @@ export class StoreGuard {
         return p;
       });
     } catch (err) {
-      this.metrics.storeErrors.inc({ op });
       throw this.unavailable(err, op);
     }
   }

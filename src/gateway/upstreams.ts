@@ -101,6 +101,8 @@ const signatures = new WeakMap<CompiledUpstream, string>();
 
 export class UpstreamPool {
   private readonly clients = new Map<string, Client>();
+  /** Upstreams whose breaker state series exist (fencegate_breaker_state). */
+  private readonly seeded = new Set<string>();
 
   /** The `undici` option for @fastify/reply-from. */
   readonly dispatcher = { request: (opts: RequestOptions, cb: Callback) => this.dispatch(opts, cb) };
@@ -119,7 +121,26 @@ export class UpstreamPool {
   retain(policy: CompiledPolicy): void {
     for (const [name, client] of this.clients) {
       const upstream = Object.hasOwn(policy.upstreams, name) ? policy.upstreams[name] : undefined;
-      if (upstream === undefined || signatureOf(upstream) !== client.signature) this.drop(name, client);
+      if (upstream === undefined || signatureOf(upstream) !== client.signature) void this.drop(name, client);
+    }
+    for (const name of this.seeded) {
+      if (!Object.hasOwn(policy.upstreams, name)) {
+        this.seeded.delete(name);
+        this.metrics.dropBreaker(name);
+      }
+    }
+  }
+
+  /**
+   * Makes the breaker state of `kind`'s upstreams in `policy` visible from the start
+   * (closed until a client exists: no circuit has opened). Called by the kinds that
+   * forward through this pool.
+   */
+  seed(policy: CompiledPolicy, kind: string): void {
+    for (const upstream of Object.values(policy.upstreams)) {
+      if (upstream.kind !== kind || this.seeded.has(upstream.name)) continue;
+      this.seeded.add(upstream.name);
+      if (!this.clients.has(upstream.name)) this.metrics.setBreakerState(upstream.name, 'closed');
     }
   }
 
@@ -139,11 +160,10 @@ export class UpstreamPool {
     const { upstream } = forward;
     const client = this.client(upstream);
     const started = performance.now();
-    const observe = (statusClass: string) =>
-      this.metrics.upstreamSeconds.observe(
-        { upstream: upstream.name, status_class: statusClass },
-        (performance.now() - started) / 1000,
-      );
+    const { metrics } = this;
+    // statusClass: 1–5 for 1xx–5xx, 0 for no answer (fencegate_upstream_request_duration_seconds).
+    const observe = (statusClass: number) =>
+      metrics.upstreamTiming(upstream.name, statusClass).observe((performance.now() - started) / 1000);
     forward.started();
     const { guard } = forward;
     const request = {
@@ -158,7 +178,7 @@ export class UpstreamPool {
       .fire(() => guardedRequest(client, guard, request), excused)
       .then(
         (res) => {
-          observe(`${Math.floor(res.statusCode / 100)}xx`);
+          observe(Math.floor(res.statusCode / 100));
           forward.settled();
           // When the client has already gone, reply-from destroys this body without an error
           // listener, and undici's body then emits RequestAbortedError: unhandled, it would
@@ -168,7 +188,7 @@ export class UpstreamPool {
           cb(null, res);
         },
         (err: Error) => {
-          observe('error');
+          observe(0);
           forward.settled();
           cb(err);
         },
@@ -194,7 +214,9 @@ export class UpstreamPool {
           'upstream circuit opened: requests get 502 until it recovers',
         ),
       onClose: () => this.log.warn({ upstream: upstream.name }, 'upstream circuit closed'),
+      onState: (state) => this.metrics.setBreakerState(upstream.name, state),
     });
+    this.seeded.add(upstream.name);
     const client = { signature, agent, target: guardedTarget(agent), breaker };
     this.clients.set(upstream.name, client);
     return client;

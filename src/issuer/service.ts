@@ -7,6 +7,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Metrics } from '../observe/metrics.js';
+import { instrumentStore } from '../observe/store-metrics.js';
 import type { FencingToken } from '../tokens.js';
 import type { Lease, LockState, Store } from '../store/types.js';
 
@@ -52,19 +53,38 @@ export const WAITER_LIVENESS_MS = 3000;
 export const WAITER_BEAT_MS = 1000;
 /** Hold-time bookkeeping (for the hold-seconds metric) remembers at most this many grants. */
 export const MAX_TRACKED_GRANTS = 10_000;
+/** How often leases that lapsed unreleased are looked for (and their hold time observed). */
+export const HOLD_SWEEP_MS = 1000;
+
+/** A lease this issuer granted, for fencegate_hold_seconds. Times are this process's ms. */
+interface Grant {
+  key: string;
+  grantedAt: number;
+  /** When the lease lapses unless renewed (grant or last renewal through this issuer + TTL). */
+  expiresAt: number;
+}
 
 export class Issuer {
-  /** leaseId -> grant time (ms), in insertion order: the oldest entry is always first. */
-  private readonly grantedAt = new Map<string, number>();
+  /** The store, its calls timed and counted (fencegate_store_*). */
+  readonly store: Store;
+  /** leaseId -> grant, least recently granted or renewed first. */
+  private readonly grants = new Map<string, Grant>();
+  /** key -> leaseId of the last grant tracked for it. */
+  private readonly grantOfKey = new Map<string, string>();
+  private readonly sweeper: NodeJS.Timeout;
   private readonly closing = new AbortController();
   /** Fires when the issuer shuts down: waiting acquires stop waiting and answer. */
   readonly closed: AbortSignal = this.closing.signal;
 
   constructor(
-    readonly store: Store,
+    store: Store,
     private readonly metrics: Metrics,
     readonly limits: IssuerLimits = DEFAULT_LIMITS,
-  ) {}
+  ) {
+    this.store = instrumentStore(store, metrics);
+    this.sweeper = setInterval(() => this.sweepLapsed(Date.now()), HOLD_SWEEP_MS);
+    this.sweeper.unref();
+  }
 
   async acquire(input: AcquireInput, signal?: AbortSignal): Promise<IssuerAcquireResult> {
     const started = performance.now();
@@ -74,7 +94,7 @@ export class Issuer {
     this.metrics.acquireSeconds.observe({ outcome: result.ok ? 'granted' : 'held' }, seconds);
     if (result.ok && !result.replayed) {
       this.metrics.tokensIssued.inc();
-      this.trackGrant(result.lease.leaseId);
+      this.trackGrant(result.lease);
     }
     return result;
   }
@@ -182,7 +202,17 @@ export class Issuer {
 
   async renew(key: string, leaseId: string, ttlMs: number) {
     const r = await this.store.renew(key, leaseId, ttlMs);
-    if (!r.ok) this.metrics.leaseRenewFailures.inc();
+    if (r.ok) {
+      const grant = this.grants.get(leaseId);
+      if (grant !== undefined) {
+        grant.expiresAt = Date.now() + r.lease.ttlMs;
+        this.grants.delete(leaseId); // to the back: the sweep meets the least recently renewed first
+        this.grants.set(leaseId, grant);
+      }
+    } else {
+      this.metrics.leaseRenewFailures.inc();
+      this.endGrant(leaseId, 'expired', Date.now());
+    }
     return r;
   }
 
@@ -190,12 +220,9 @@ export class Issuer {
     const r = await this.store.release(key, leaseId);
     if (!r.ok) {
       this.metrics.releaseOwnerMismatch.inc();
+      this.endGrant(leaseId, 'expired', Date.now()); // it no longer held the lock: it lapsed
     } else {
-      const at = this.grantedAt.get(leaseId);
-      if (at !== undefined) {
-        this.grantedAt.delete(leaseId);
-        this.metrics.holdSeconds.observe((Date.now() - at) / 1000);
-      }
+      this.endGrant(leaseId, 'released', Date.now());
     }
     return r;
   }
@@ -203,6 +230,7 @@ export class Issuer {
   /** Ends every wait in progress (each answers lock-held) so the server can close promptly. */
   shutdown(): void {
     this.closing.abort();
+    clearInterval(this.sweeper);
   }
 
   inspect(key: string): Promise<LockState | null> {
@@ -211,21 +239,45 @@ export class Issuer {
 
   /** Grants tracked for hold times (best effort, bounded): for tests and the metrics page. */
   get trackedGrants(): number {
-    return this.grantedAt.size;
+    return this.grants.size;
   }
 
   /**
-   * Hold times are best effort and bounded: at most MAX_TRACKED_GRANTS entries, none older
-   * than the longest possible lease. Entries are in insertion order, so the oldest are
-   * dropped from the front: O(1) amortised per grant, never a scan of the whole map.
+   * Hold times (fencegate_hold_seconds{end}) cover every lease this issuer granted: a
+   * release ends it `released` (held until now); a refused renewal or release, a new
+   * grant of the same key, or the sweep finding it past its expiry end it `expired`
+   * (held until it lapsed). Only calls through this issuer are seen: a lease renewed or
+   * released through another issuer process counts as expired here when it lapses by
+   * this issuer's reckoning. Bounded: at most MAX_TRACKED_GRANTS entries (the least
+   * recently granted or renewed are dropped first, unobserved), O(1) per grant.
    */
-  private trackGrant(leaseId: string): void {
+  private trackGrant(lease: Lease): void {
     const now = Date.now();
-    this.grantedAt.set(leaseId, now);
-    const cutoff = now - this.limits.maxTtlMs;
-    for (const [id, at] of this.grantedAt) {
-      if (this.grantedAt.size <= MAX_TRACKED_GRANTS && at >= cutoff) break;
-      this.grantedAt.delete(id);
+    const previous = this.grantOfKey.get(lease.key);
+    if (previous !== undefined) this.endGrant(previous, 'expired', now);
+    this.grants.set(lease.leaseId, { key: lease.key, grantedAt: now, expiresAt: now + lease.ttlMs });
+    this.grantOfKey.set(lease.key, lease.leaseId);
+    for (const [id, grant] of this.grants) {
+      if (this.grants.size <= MAX_TRACKED_GRANTS) break;
+      this.forget(id, grant);
     }
+  }
+
+  private endGrant(leaseId: string, end: 'released' | 'expired', now: number): void {
+    const grant = this.grants.get(leaseId);
+    if (grant === undefined) return;
+    this.forget(leaseId, grant);
+    const until = end === 'released' ? now : Math.min(now, grant.expiresAt);
+    this.metrics.holdSeconds.observe({ end }, Math.max(0, until - grant.grantedAt) / 1000);
+  }
+
+  private forget(leaseId: string, grant: Grant): void {
+    this.grants.delete(leaseId);
+    if (this.grantOfKey.get(grant.key) === leaseId) this.grantOfKey.delete(grant.key);
+  }
+
+  /** Observes the leases that lapsed unreleased. */
+  private sweepLapsed(now: number): void {
+    for (const [id, grant] of this.grants) if (grant.expiresAt <= now) this.endGrant(id, 'expired', now);
   }
 }

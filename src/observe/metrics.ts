@@ -1,27 +1,246 @@
 /**
  * Prometheus metrics (prom-client), one registry per process so several servers
- * can live in one test process. Names are part of the contract (docs/gateway.md, docs/issuer.md).
+ * can live in one test process. Every metric is defined here; names, labels and
+ * meanings are part of the contract (docs/observability.md).
+ *
+ * Conventions: prom-client's default process and Node metrics under their standard
+ * (unprefixed) names; counters end in `_total` and nothing else does; labels take
+ * bounded values only (route and upstream names from the policy, fixed enums), never
+ * lock keys or tokens; labelled series exist at zero from the start (seedPolicy) so
+ * a dashboard shows 0, not "no data".
+ *
+ * Hot-path counters (requests, admitted writes, drain timeouts) are Tallies: a plain
+ * number per label set, resolved once per route and added to prom-client's counter
+ * when /metrics is scraped. An increment is then one property addition, where
+ * counter.inc(labels) would build a label hash string and validate the labels
+ * (~0.5 µs). Hot-path histograms (store operations, upstream requests) keep their
+ * buckets the same way (HistogramCell: ~20 ns an observation instead of ~0.8 µs).
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { CompiledPolicy } from '../policy/index.js';
 
-export type FencedReason = 'stale' | 'forged' | 'missing' | 'lease' | 'malformed' | 'unavailable';
+export const FENCED_REASONS = ['stale', 'forged', 'missing', 'lease', 'malformed', 'unavailable'] as const;
+export type FencedReason = (typeof FENCED_REASONS)[number];
+
+/** Status classes of fencegate_requests_total; index = Math.floor(status / 100). */
+export const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const;
+
+export const BREAKER_STATES = ['closed', 'half_open', 'open'] as const;
+export type BreakerState = (typeof BREAKER_STATES)[number];
+
+/** The breaker label of the fence store's circuit (upstream circuits use the upstream name). */
+export const STORE_BREAKER = 'store';
+
+/** The route label of data-listener requests that matched no route. */
+export const NO_ROUTE = 'none';
+
+/** Store operations timed and counted (the Store interface's calls; src/observe/store-metrics.ts). */
+export const STORE_OPS = [
+  'tryAcquire',
+  'renew',
+  'release',
+  'inspect',
+  'enqueueWaiter',
+  'removeWaiter',
+  'listLocks',
+  'admit',
+  'finish',
+  'lowerInflight',
+  'dropInflight',
+  'openSession',
+  'beatSession',
+  'readSessions',
+  'endSession',
+  'watch',
+  'bumpEpoch',
+  'now',
+  'health',
+] as const;
+export type StoreOp = (typeof STORE_OPS)[number];
+
+/** prom-client default metrics left out: gauges named like counters. */
+export const DEFAULT_TOTAL_GAUGES = [
+  'nodejs_active_handles_total',
+  'nodejs_active_requests_total',
+  'nodejs_active_resources_total',
+] as const;
+
+const DRAIN_OUTCOMES = ['cleared', 'timeout', 'aborted', 'lapsed', 'error'] as const;
+const CUT_REASONS = ['body-idle', 'upload-time', 'upstream-late', 'session-lapsed'] as const;
+
+/** One counter series as a plain number: `tally.n += 1` on the hot path. */
+export interface Tally {
+  n: number;
+}
+
+/** A counter whose series are Tallies, published into prom-client on each scrape. */
+class TalliedCounter<L extends string> {
+  readonly counter: Counter<L>;
+  private readonly cells = new Map<string, { labels: Record<L, string>; tally: Tally; reported: number }>();
+
+  constructor(config: { name: string; help: string; labelNames: readonly L[]; registers: Registry[] }) {
+    this.counter = new Counter<L>({ ...config, collect: () => this.publish() });
+  }
+
+  /** The tally of one label set (created at 0, so its series exists from now on). */
+  tally(labels: Record<L, string>): Tally {
+    const key = Object.values<string>(labels).join('\u0000');
+    let cell = this.cells.get(key);
+    if (cell === undefined) {
+      cell = { labels, tally: { n: 0 }, reported: 0 };
+      this.cells.set(key, cell);
+      this.counter.inc(labels, 0);
+    }
+    return cell.tally;
+  }
+
+  private publish(): void {
+    for (const cell of this.cells.values()) {
+      const delta = cell.tally.n - cell.reported;
+      if (delta > 0) this.counter.inc(cell.labels, delta);
+      cell.reported = cell.tally.n;
+    }
+  }
+}
+
+/** One histogram series as plain numbers: `cell.observe(seconds)` on the hot path. */
+export class HistogramCell {
+  /** Observations per bucket (not cumulative); above the last bound only in `count`. */
+  readonly counts: Float64Array;
+  sum = 0;
+  count = 0;
+
+  constructor(private readonly bounds: readonly number[]) {
+    this.counts = new Float64Array(bounds.length);
+  }
+
+  observe(value: number): void {
+    const bounds = this.bounds;
+    let i = 0;
+    while (i < bounds.length && value > (bounds[i] as number)) i += 1;
+    if (i < bounds.length) this.counts[i] = (this.counts[i] as number) + 1;
+    this.sum += value;
+    this.count += 1;
+  }
+}
+
+/**
+ * A prom-client Histogram whose series are HistogramCells, exported by get() (which the
+ * registry reads for /metrics) in the same form as prom-client's own series.
+ */
+class TalliedHistogram<L extends string> extends Histogram<L> {
+  private readonly bounds: readonly number[];
+  private readonly metric: string;
+  private readonly cells = new Map<string, { labels: Record<L, string>; cell: HistogramCell }>();
+
+  constructor(config: {
+    name: string;
+    help: string;
+    labelNames: readonly L[];
+    buckets: number[];
+    registers: Registry[];
+  }) {
+    super(config);
+    this.bounds = [...config.buckets].sort((a, b) => a - b);
+    this.metric = config.name;
+  }
+
+  /** The cell of one label set (its series exists, at 0, from now on). */
+  cell(labels: Record<L, string>): HistogramCell {
+    const key = Object.values<string>(labels).join('\u0000');
+    let entry = this.cells.get(key);
+    if (entry === undefined) {
+      entry = { labels, cell: new HistogramCell(this.bounds) };
+      this.cells.set(key, entry);
+    }
+    return entry.cell;
+  }
+
+  /**
+   * What the registry reads for /metrics (and get() for JSON): prom-client's own series
+   * followed by the cells', in prom-client's form (`le` in labels, the series' labels in
+   * sharedLabels). test/unit/metrics-tallies.test.ts compares the two expositions.
+   */
+  async getForPromString(): Promise<{ values: Record<string, unknown>[] }> {
+    const parent = (Histogram.prototype as unknown as Record<string, unknown>).getForPromString as (
+      this: unknown,
+    ) => Promise<{ values: Record<string, unknown>[] }>;
+    const base = await parent.call(this);
+    const bucket = `${this.metric}_bucket`;
+    for (const { labels, cell } of this.cells.values()) {
+      let cumulative = 0;
+      this.bounds.forEach((le, i) => {
+        cumulative += cell.counts[i] as number;
+        base.values.push({ labels: { le }, sharedLabels: labels, value: cumulative, metricName: bucket });
+      });
+      base.values.push(
+        { labels: { le: '+Inf' }, sharedLabels: labels, value: cell.count, metricName: bucket },
+        { labels: {}, sharedLabels: labels, value: cell.sum, metricName: `${this.metric}_sum` },
+        { labels: {}, sharedLabels: labels, value: cell.count, metricName: `${this.metric}_count` },
+      );
+    }
+    return base;
+  }
+}
+
+/** A fenced route's hot-path tallies, resolved once per route name. */
+export interface FenceTallies {
+  readonly admitted: Tally;
+  readonly drainTimeouts: Tally;
+}
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
   const registry = new Registry();
-  if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: 'fencegate_' });
+  if (options.defaultMetrics ?? true) {
+    collectDefaultMetrics({ register: registry });
+    // Gauges whose names end in _total break the convention (promtool check metrics
+    // flags them); each is the sum over its `type` label of the metric of the same
+    // name without the suffix (nodejs_active_handles{type}, ...), which stays.
+    for (const name of DEFAULT_TOTAL_GAUGES) registry.removeSingleMetric(name);
+  }
   const registers = [registry];
-  return {
+
+  const requests = new TalliedCounter({
+    name: 'fencegate_requests_total',
+    help: 'Requests answered on the data listener, by policy route ("none": matched no route) and status class',
+    labelNames: ['route', 'status_class'] as const,
+    registers,
+  });
+  const admitted = new TalliedCounter({
+    name: 'fencegate_admitted_writes_total',
+    help: 'Fenced writes admitted and forwarded (in shadow mode: that would have been admitted)',
+    labelNames: ['route'] as const,
+    registers,
+  });
+  const drainTimeouts = new TalliedCounter({
+    name: 'fencegate_drain_timeouts_total',
+    help: 'Writes refused because lower-token writes did not finish within drainTimeoutMs (ordering violations avoided)',
+    labelNames: ['route'] as const,
+    registers,
+  });
+  const upstreamTimings = new Map<string, (HistogramCell | undefined)[]>();
+  const routeRequests = new Map<string, readonly Tally[]>();
+  const fenceTallies = new Map<string, FenceTallies>();
+  const none = requestTallies(NO_ROUTE);
+
+  function requestTallies(route: string): Tally[] {
+    const byClass: Tally[] = [{ n: 0 }];
+    for (const status_class of STATUS_CLASSES) byClass.push(requests.tally({ route, status_class }));
+    return byClass;
+  }
+
+  const metrics = {
     registry,
+    /** Published from tallies (requestsOf); read with .get(). */
+    requests: requests.counter,
+    /** Published from tallies (fenceOf(route).admitted). */
+    admittedWrites: admitted.counter,
+    /** Published from tallies (fenceOf(route).drainTimeouts). */
+    drainTimeouts: drainTimeouts.counter,
     fencedWrites: new Counter({
       name: 'fencegate_fenced_writes_total',
       help: 'Writes refused (or, in shadow mode, that would have been refused) by the fence',
       labelNames: ['route', 'reason', 'enforced'] as const,
-      registers,
-    }),
-    admittedWrites: new Counter({
-      name: 'fencegate_admitted_writes_total',
-      help: 'Fenced writes admitted and forwarded',
-      labelNames: ['route'] as const,
       registers,
     }),
     acquireSeconds: new Histogram({
@@ -38,7 +257,8 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
     }),
     holdSeconds: new Histogram({
       name: 'fencegate_hold_seconds',
-      help: 'How long leases were held until release',
+      help: 'How long leases granted by this issuer were held, by how they ended (released, expired)',
+      labelNames: ['end'] as const,
       buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600],
       registers,
     }),
@@ -74,17 +294,36 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
       buckets: [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30],
       registers,
     }),
+    storeOperationSeconds: new TalliedHistogram({
+      name: 'fencegate_store_operation_duration_seconds',
+      help: 'Time of each lock/fence store operation, issuer and gateway side, failed ones included',
+      labelNames: ['op'] as const,
+      buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+      registers,
+    }),
     storeErrors: new Counter({
       name: 'fencegate_store_errors_total',
-      help: 'Store operations that failed (backend unreachable or erroring)',
+      help: 'Store operations that failed (backend unreachable or erroring), issuer and gateway side',
       labelNames: ['op'] as const,
       registers,
     }),
-    upstreamSeconds: new Histogram({
-      name: 'fencegate_upstream_seconds',
-      help: 'Upstream response time as seen by the gateway',
+    upstreamRequestSeconds: new TalliedHistogram({
+      name: 'fencegate_upstream_request_duration_seconds',
+      help: 'Time from sending a request to an HTTP upstream until its response headers (or failure), by upstream and status class',
       labelNames: ['upstream', 'status_class'] as const,
       buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers,
+    }),
+    breakerState: new Gauge({
+      name: 'fencegate_breaker_state',
+      help: 'Circuit breaker state: 1 for the current state, 0 for the others (breaker "store" or an upstream name)',
+      labelNames: ['breaker', 'state'] as const,
+      registers,
+    }),
+    policyReloads: new Counter({
+      name: 'fencegate_policy_reloads_total',
+      help: 'Policy reloads (file change or SIGHUP), by outcome; a failed one keeps the last good policy',
+      labelNames: ['outcome'] as const,
       registers,
     }),
     sessionsLost: new Counter({
@@ -108,7 +347,93 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
       help: 'Fencing tokens minted by the issuer',
       registers,
     }),
+    logLinesSuppressed: new Counter({
+      name: 'fencegate_log_lines_suppressed_total',
+      help: 'Fenced-write log lines dropped by the log rate limit (each drop is still an event and counted)',
+      registers,
+    }),
+
+    /**
+     * fencegate_requests_total tallies of a route, by status class index
+     * (Math.floor(status / 100); [0] unused). Made at 0 on first use; seedPolicy makes
+     * them for every route.
+     */
+    requestsOf(route: string): readonly Tally[] {
+      let t = routeRequests.get(route);
+      if (t === undefined) {
+        t = requestTallies(route);
+        routeRequests.set(route, t);
+      }
+      return t;
+    },
+
+    /** A fenced route's tallies (made at 0 on first use; seedPolicy makes them for every fenced route). */
+    fenceOf(route: string): FenceTallies {
+      let t = fenceTallies.get(route);
+      if (t === undefined) {
+        t = { admitted: admitted.tally({ route }), drainTimeouts: drainTimeouts.tally({ route }) };
+        fenceTallies.set(route, t);
+      }
+      return t;
+    },
+
+    /**
+     * The fencegate_upstream_request_duration_seconds cell of an upstream and status
+     * class: 1–5 for 1xx–5xx, 0 for `error` (no answer). Made on first use.
+     */
+    upstreamTiming(upstream: string, status: number): HistogramCell {
+      const statusClass = status >= 1 && status <= 5 ? status : 0;
+      let byClass = upstreamTimings.get(upstream);
+      if (byClass === undefined) {
+        byClass = [];
+        upstreamTimings.set(upstream, byClass);
+      }
+      let cell = byClass[statusClass];
+      if (cell === undefined) {
+        const label = statusClass === 0 ? 'error' : (STATUS_CLASSES[statusClass - 1] ?? 'error');
+        cell = metrics.upstreamRequestSeconds.cell({ upstream, status_class: label });
+        byClass[statusClass] = cell;
+      }
+      return cell;
+    },
+
+    /** fencegate_requests_total tallies of requests that matched no route. */
+    noRoute: none as readonly Tally[],
+
+    /** Sets a breaker's state gauge: 1 for `state`, 0 for the others. */
+    setBreakerState(breaker: string, state: BreakerState): void {
+      for (const s of BREAKER_STATES) metrics.breakerState.set({ breaker, state: s }, s === state ? 1 : 0);
+    },
+
+    /** Removes a breaker's series (its upstream left the policy). */
+    dropBreaker(breaker: string): void {
+      for (const state of BREAKER_STATES) metrics.breakerState.remove({ breaker, state });
+    },
   };
+
+  for (const outcome of ['success', 'failure']) metrics.policyReloads.inc({ outcome }, 0);
+  for (const op of STORE_OPS) metrics.storeErrors.inc({ op }, 0);
+  for (const outcome of DRAIN_OUTCOMES) metrics.drainWaitSeconds.zero({ outcome });
+  for (const outcome of ['granted', 'held']) metrics.acquireSeconds.zero({ outcome });
+  for (const end of ['released', 'expired']) metrics.holdSeconds.zero({ end });
+  for (const reason of CUT_REASONS) metrics.forwardsCut.inc({ reason }, 0);
+  return metrics;
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;
+
+/**
+ * Makes the route series of `policy` exist (at 0 until something happens): requests by
+ * status class for every route; for every fenced route also admitted writes, drain
+ * timeouts, and fenced writes by reason. Called at start and after each reload; series
+ * of routes that left the policy stay.
+ */
+export function seedPolicy(metrics: Metrics, policy: CompiledPolicy): void {
+  for (const route of policy.routes) {
+    metrics.requestsOf(route.name);
+    if (route.fencing === null) continue;
+    metrics.fenceOf(route.name);
+    const enforced = String(route.fencing.enforce);
+    for (const reason of FENCED_REASONS) metrics.fencedWrites.inc({ route: route.name, reason, enforced }, 0);
+  }
+}

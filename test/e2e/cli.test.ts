@@ -2,7 +2,8 @@
  * The built CLI as a user runs it: help, version, bad flags, an unreachable store,
  * health and readiness, environment variables, and a clean SIGTERM.
  */
-import { readdir, rm } from 'node:fs/promises';
+import { readdir, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   freePort,
@@ -28,12 +29,28 @@ async function serve(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Fence
 
 const policies = ['--policies', 'test/fixtures/empty-policy.yaml'];
 
+/** The shared (volatile) Redis under a namespace of its own: starts in a moment. */
+function redisStore(): string[] {
+  const ns = `fgcli${process.pid}${Math.random().toString(36).slice(2, 8)}`;
+  return ['--store', 'redis://127.0.0.1:6379', '--store-namespace', ns, '--allow-volatile-redis'];
+}
+
+function acquireBody(): RequestInit {
+  return {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ owner: 'cli-test', ttlMs: 1000 }),
+  };
+}
+
 describe('fencegate CLI', () => {
   it('prints help and version', async () => {
     const help = await runCli(['--help']);
     expect(help.code).toBe(0);
     expect(help.stdout).toContain('fencegate serve');
     expect(help.stdout).toContain('FENCEGATE_STORE');
+    for (const flag of ['--log-level', '--log-format json|pretty', '--access-log on|off|FRACTION'])
+      expect(help.stdout).toContain(flag);
     const v = await runCli(['--version']);
     expect(v.stdout.trim()).toMatch(/^\d+\.\d+\.\d+$/);
   });
@@ -44,6 +61,12 @@ describe('fencegate CLI', () => {
     [['serve', '--control', '127.0.0.1:99999'], /--control/],
     [['frobnicate'], /unknown command "frobnicate"/],
     [['serve', 'extra'], /no arguments/],
+    [
+      ['serve', '--log-level', 'verbose'],
+      /^fencegate: --log-level: "verbose" must be one of fatal\|error\|warn\|info\|debug\|trace\|silent$/m,
+    ],
+    [['serve', '--log-format', 'xml'], /--log-format: "xml" must be one of json\|pretty/],
+    [['serve', '--access-log', '2'], /--access-log: "2" must be on, off, or a fraction between 0 and 1/],
   ])('refuses %j with a one-line error', async (args, message) => {
     const r = await runCli(args);
     expect(r.code).not.toBe(0);
@@ -76,6 +99,64 @@ describe('fencegate CLI', () => {
     const r = await runCli(['serve'], { FENCEGATE_LISTEN: 'bad' });
     expect(r.code).not.toBe(0);
     expect(r.stderr).toMatch(/FENCEGATE_LISTEN/);
+    const level = await runCli(['serve'], { FENCEGATE_LOG_LEVEL: 'loud' });
+    expect(level.code).toBe(2);
+    expect(level.stderr.trim()).toBe(
+      'fencegate: environment FENCEGATE_LOG_LEVEL: "loud" must be one of fatal|error|warn|info|debug|trace|silent',
+    );
+  });
+
+  it('names the config file line of a bad log level', async () => {
+    const dir = await tempDir('fg-cfg-');
+    cleanups.push(() => rm(dir, { recursive: true, force: true }));
+    await writeFile(join(dir, 'fencegate.yaml'), 'listen: 127.0.0.1:0\nlogLevel: chatty\n');
+    const r = await runCli(['serve', '--config', join(dir, 'fencegate.yaml')]);
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim()).toBe(
+      `fencegate: ${join(dir, 'fencegate.yaml')}:2:1: logLevel: "chatty" must be one of fatal|error|warn|info|debug|trace|silent`,
+    );
+  });
+
+  it('prints only JSON log lines: lifecycle, access log per listener, no probes at info', async () => {
+    const s = await startFencegate([
+      ...redisStore(),
+      ...policies,
+      '--log-level',
+      'info',
+      '--log-format',
+      'json',
+    ]);
+    cleanups.push(() => s.kill());
+    expect((await fetch(`${s.control}/healthz`)).status).toBe(200);
+    expect((await fetch(`${s.control}/metrics`)).status).toBe(200);
+    expect((await fetch(`${s.control}/v1/locks/cli-log/acquire`, acquireBody())).status).toBe(200);
+    expect((await fetch(`${s.data}/nowhere?q=1`)).status).toBe(404);
+    expect(await s.stop()).toBe(0);
+
+    const text = s.output().trim();
+    const lines = text.split('\n');
+    const logs = s.logs();
+    expect(logs).toHaveLength(lines.length); // every line is a JSON object
+    const msgs = logs.map((l) => l.msg);
+    expect(msgs).toContainEqual(expect.stringMatching(/^listening data=http:\/\/127\.0\.0\.1:\d+ control=/));
+    expect(msgs).toContain('SIGTERM: shutting down');
+    expect(msgs.at(-1)).toBe('stopped');
+    const requests = logs.filter((l) => l.msg === 'request');
+    expect(requests.map((l) => [l.listener, l.method, l.path, l.status])).toEqual([
+      ['control', 'POST', '/v1/locks/cli-log/acquire', 200],
+      ['data', 'GET', '/nowhere', 404],
+    ]);
+    expect(requests[1]).toMatchObject({ route: null, level: 30 });
+    expect(text).not.toMatch(/healthz|"\/metrics"/);
+  });
+
+  it('--log-format pretty prints readable lines, the listening line included', async () => {
+    const s = await startFencegate([...redisStore(), ...policies, '--log-format', 'pretty']);
+    cleanups.push(() => s.kill());
+    expect(await s.stop()).toBe(0);
+    expect(s.logs()).toEqual([]);
+    expect(s.output()).toMatch(/INFO.*listening data=http:\/\/127\.0\.0\.1:\d+ control=http/);
+    expect(s.output()).toMatch(/INFO.*SIGTERM: shutting down/);
   });
 
   it('fails with one line when the store is unreachable', async () => {

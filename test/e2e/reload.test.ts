@@ -118,7 +118,11 @@ describe('policy reload in a running serve', () => {
       () => count(/policy reload failed, keeping the last good policy/g) > failuresBefore,
       30_000,
     );
-    expect(fg.output()).toContain(where);
+    const failed = fg.logs().filter((l) => /policy reload failed/.test(l.msg));
+    expect(failed.at(-1)).toMatchObject({
+      level: 50,
+      reload: { outcome: 'failure', trigger: 'watch', errors: [where] },
+    });
 
     fg.proc.kill('SIGHUP');
     await waitFor(
@@ -143,5 +147,20 @@ describe('policy reload in a running serve', () => {
       30_000,
     );
     expectProblem(await send(fg.data, 'PUT', `/orders/${id}`, { token: low.token }), 409, 'stale-token');
+
+    // Every reload is counted by outcome: the two failures (file change, SIGHUP) and the successes.
+    const metrics = await (await fetch(`${fg.control}/metrics`)).text();
+    const reloads = (outcome: string) =>
+      Number(
+        new RegExp(`^fencegate_policy_reloads_total\\{outcome="${outcome}"\\} (\\d+)$`, 'm').exec(
+          metrics,
+        )?.[1],
+      );
+    expect(reloads('failure')).toBe(2);
+    expect(reloads('success')).toBe(count(RELOADED));
+    // The route added by a reload got its series (at 0 until used); a removed one's stay.
+    expect(metrics).toMatch(
+      /^fencegate_fenced_writes_total\{route="order-deletes",reason="stale",enforced="true"\} 0$/m,
+    );
   }, 90_000);
 });

@@ -8,7 +8,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { request } from 'undici';
 import { createGateway } from '../../src/gateway/index.js';
 import type { StoreGuardOptions } from '../../src/gateway/index.js';
@@ -97,6 +97,11 @@ export async function startGateway(opts: {
   trustProxy?: boolean;
   storeBreaker?: StoreGuardOptions;
   session?: SessionSettings;
+  /** The event log (default: one that logs nothing). */
+  events?: EventLog;
+  /** A pino logger for the listener (default: none). */
+  logger?: FastifyBaseLogger;
+  accessLog?: number;
 }): Promise<TestGateway> {
   const dir = await mkdtemp(join(tmpdir(), 'fg-gw-'));
   const file = join(dir, 'policy.yaml');
@@ -108,8 +113,9 @@ export async function startGateway(opts: {
   };
   await setPolicy(opts.policy);
   const metrics = createMetrics({ defaultMetrics: false });
-  const events = new EventLog();
+  const events = opts.events ?? new EventLog();
   const app = await createGateway({
+    ...(opts.logger !== undefined ? { logger: opts.logger, accessLog: opts.accessLog } : {}),
     store: opts.store,
     policy: holder,
     metrics,

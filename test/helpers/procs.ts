@@ -35,11 +35,30 @@ export async function startRedis(options: { durable?: boolean } = {}): Promise<R
   });
 }
 
+/** One pino log line: level (number), time, msg, and the line's own fields. */
+export type LogLine = { level: number; msg: string } & Record<string, unknown>;
+
+/** The lines of `text` that are JSON objects (log lines), parsed. */
+export function parseLogLines(text: string): LogLine[] {
+  const lines: LogLine[] = [];
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('{')) continue;
+    try {
+      lines.push(JSON.parse(line) as LogLine);
+    } catch {
+      // a line still being written
+    }
+  }
+  return lines;
+}
+
 export interface FencegateProcess {
   proc: ChildProcess;
   data: string;
   control: string;
   output(): string;
+  /** The JSON log lines printed so far (stdout and stderr lines that parse as objects). */
+  logs(): LogLine[];
   /** SIGTERM and wait for a clean exit; returns the exit code. */
   stop(): Promise<number | null>;
   kill(signal?: NodeJS.Signals): Promise<void>;
@@ -65,7 +84,8 @@ export async function startFencegate(
   proc.stderr?.on('data', (d: Buffer) => (out += d.toString()));
   const end = Date.now() + startTimeoutMs;
   let m: RegExpExecArray | null;
-  while (!(m = /listening data=(\S+) control=(\S+)/.exec(out))) {
+  // The lifecycle log line; in JSON its msg is followed by a quote.
+  while (!(m = /listening data=([^\s"]+) control=([^\s"]+)/.exec(out))) {
     if (proc.exitCode !== null) throw new Error(`fencegate exited ${proc.exitCode}: ${out}`);
     if (Date.now() > end) {
       proc.kill('SIGKILL');
@@ -78,6 +98,7 @@ export async function startFencegate(
     data: m[1] as string,
     control: m[2] as string,
     output: () => out,
+    logs: () => parseLogLines(out),
     async stop() {
       if (proc.exitCode !== null) return proc.exitCode;
       proc.kill('SIGTERM');

@@ -102,6 +102,8 @@ describe.each(GATEWAY_STORES)('drain barrier on $name store', (factory) => {
     });
     const waits = await gw.metrics.drainWaitSeconds.get();
     expect(waits.values.some((v) => v.labels.outcome === 'timeout' && v.value > 0)).toBe(true);
+    const timeouts = await gw.metrics.drainTimeouts.get();
+    expect(timeouts.values.find((v) => v.labels.route === 'order-writes')?.value).toBe(1);
     expect(upstream.hits).toHaveLength(1);
     expect(gw.events.recent()[0]).toMatchObject({ reason: 'unavailable', lock: 'order:2', enforced: true });
     expect((await first).status).toBe(200);

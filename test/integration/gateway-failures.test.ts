@@ -60,8 +60,14 @@ describe.each(GATEWAY_STORES)('store failures on $name store', (factory) => {
     const callsBefore = store.calls.length;
     expect((await call(gw, 'PUT', '/orders/1', { 'fencing-token': String(lease.token) })).status).toBe(503);
     expect(store.calls.length).toBe(callsBefore);
+    // Every admit the store failed is counted (calls the open breaker refused never reached it).
     const errors = await gw.metrics.storeErrors.get();
-    expect(errors.values.find((v) => v.labels.op === 'admit')?.value).toBeGreaterThanOrEqual(6);
+    const admitsTried = store.calls.filter((c) => c === 'admit').length;
+    expect(admitsTried).toBeGreaterThanOrEqual(1);
+    expect(errors.values.find((v) => v.labels.op === 'admit')?.value).toBe(admitsTried);
+    const breaker = await gw.metrics.breakerState.get();
+    const storeStates = breaker.values.filter((v) => v.labels.breaker === 'store');
+    expect(storeStates.find((v) => v.value === 1)?.labels.state).toBe('open');
     expect(gw.events.recent()[0]).toMatchObject({ reason: 'unavailable', lock: 'order:1', enforced: true });
     // Recovery once the breaker lets a trial call through.
     store.down = false;
@@ -121,7 +127,7 @@ describe.each(GATEWAY_STORES)('upstream failures on $name store', (factory) => {
     expect(res.body).toMatchObject({ type: 'urn:fencegate:upstream-unavailable', upstream: 'orders' });
     expect((await call(gw, 'GET', '/orders/1')).status).toBe(502);
     expect([...store.finishes.values()]).toEqual([1]);
-    const seconds = await gw.metrics.upstreamSeconds.get();
+    const seconds = await gw.metrics.upstreamRequestSeconds.get();
     expect(seconds.values.some((v) => v.labels.status_class === 'error')).toBe(true);
   });
 
@@ -151,6 +157,12 @@ describe.each(GATEWAY_STORES)('upstream failures on $name store', (factory) => {
     expect(String(open.body.detail)).toContain('circuit breaker is open');
     expect(Number(open.headers['retry-after'])).toBeGreaterThanOrEqual(1);
     expect(upstream.hits.length).toBe(hits);
+    const states = (await gw.metrics.breakerState.get()).values.filter((v) => v.labels.breaker === 'orders');
+    expect(states.map((v) => [v.labels.state, v.value])).toEqual([
+      ['closed', 0],
+      ['half_open', 0],
+      ['open', 1],
+    ]);
   });
 
   it('upstream 5xx answers pass through and do not open the circuit', async () => {

@@ -68,6 +68,44 @@ describe('config', () => {
     expect(() => resolveConfig({ flags: { store: 'mysql://root:secret@h/db' } })).toThrow(/\*\*\*/);
   });
 
+  it('reads the log settings: level, format, access log share', async () => {
+    expect(DEFAULTS).toMatchObject({ logLevel: 'info', logFormat: null, accessLog: 1 });
+    const flags = (f: Record<string, string>) => resolveConfig({ flags: f });
+    expect(flags({ logLevel: 'silent', logFormat: 'pretty', accessLog: 'off' })).toMatchObject({
+      logLevel: 'silent',
+      logFormat: 'pretty',
+      accessLog: 0,
+    });
+    for (const [given, share] of [
+      ['on', 1],
+      ['1', 1],
+      ['0', 0],
+      ['0.25', 0.25],
+      ['.5', 0.5],
+    ] as const) {
+      expect(flags({ accessLog: given }).accessLog).toBe(share);
+    }
+    for (const bad of ['2', '-0.1', 'half', '1e-2']) {
+      expect(() => flags({ accessLog: bad })).toThrow(
+        new ConfigError(`--access-log: "${bad}" must be on, off, or a fraction between 0 and 1`),
+      );
+    }
+    expect(() => flags({ logLevel: 'warning' })).toThrow(
+      '--log-level: "warning" must be one of fatal|error|warn|info|debug|trace|silent',
+    );
+    expect(() => resolveConfig({ env: { FENCEGATE_LOG_FORMAT: 'text' } })).toThrow(
+      'environment FENCEGATE_LOG_FORMAT: "text" must be one of json|pretty',
+    );
+    const dir = await mkdtemp(join(tmpdir(), 'fg-cfg-'));
+    const file = join(dir, 'c.yaml');
+    await writeFile(file, 'accessLog: 0.1\nlogLevel: 3\n');
+    expect(() => resolveConfig({ file })).toThrow(`${file}:2:1: logLevel: "3" must be one of`);
+    await writeFile(file, 'accessLog: 0.1\naccessLog2: x\n');
+    expect(() => resolveConfig({ file })).toThrow(/unknown setting/);
+    await writeFile(file, 'accessLog: 0.1\nlogFormat: json\n');
+    expect(resolveConfig({ file })).toMatchObject({ accessLog: 0.1, logFormat: 'json' });
+  });
+
   it('bounds the gateway session TTL', () => {
     expect(resolveConfig({}).sessionTtlMs).toBe(6000);
     expect(resolveConfig({ flags: { sessionTtlMs: '1000' } }).sessionTtlMs).toBe(1000);

@@ -29,7 +29,8 @@ export const httpKind: DownstreamKind = {
   open(env) {
     return {
       serve: (request, reply, state) => forwardHttp(request, reply, state, env, {}),
-      retain: () => undefined, // the shared pool follows the policy itself (server.ts)
+      // The shared pool follows the policy itself (server.ts); this only shows its breakers.
+      retain: (policy) => env.pool.seed(policy, 'http'),
       close: async () => undefined,
     };
   },
