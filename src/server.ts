@@ -9,7 +9,6 @@ import { Issuer } from './issuer/service.js';
 import { EventLog } from './observe/events.js';
 import { createMetrics } from './observe/metrics.js';
 import type { Metrics } from './observe/metrics.js';
-import { pathExists } from './paths.js';
 import { openStore, redactStoreSpec } from './store/index.js';
 import type { Store } from './store/types.js';
 import { createGateway } from './gateway/index.js';
@@ -40,7 +39,13 @@ export async function startServer(
   config: Readonly<ServeConfig>,
   log: Log = () => {},
 ): Promise<RunningServer> {
-  const { policy, missing } = await openPolicies(config.policies, log);
+  // A missing default ./policies is fine: a first run needs no policy (the issuer alone is useful).
+  const opened = await PolicyHolder.open(config.policies, {
+    mayBeMissing: config.policies === DEFAULTS.policies,
+  });
+  if (!opened.ok) throw new Error(`invalid policies: ${opened.errors.map(formatPolicyError).join('; ')}`);
+  const policy = opened.holder;
+  if (opened.missing) log(noPolicies(config.policies));
 
   const store = await openStore(config.store, {
     allowVolatileRedis: config.allowVolatileRedis,
@@ -85,7 +90,7 @@ export async function startServer(
     closers.unshift(() => gateway.close());
     await control.listen({ host: config.control.host, port: config.control.port });
     await gateway.listen({ host: config.listen.host, port: config.listen.port });
-    watchPolicies(policy, missing, log);
+    policy.watch((result) => log(describeReload(result)));
     closers.unshift(async () => policy.unwatch());
     log(`store ${store.kind} ${redactStoreSpec(config.store)}`);
     return {
@@ -103,38 +108,12 @@ export async function startServer(
   }
 }
 
-/**
- * The policies to serve. The default directory (./policies) may be missing: the
- * issuer alone is useful, and a first run of `fencegate serve` should not need a
- * policy. Then no route is proxied (every data-listener request gets 404 no-route)
- * until the directory exists and a reload (SIGHUP) loads it. A path that was set
- * (flag, environment, config file) and cannot be read is an error, as are invalid
- * policies anywhere: there is no last good policy at start-up.
- */
-async function openPolicies(path: string, log: Log): Promise<{ policy: PolicyHolder; missing: boolean }> {
-  if (path === DEFAULTS.policies && !(await pathExists(path))) {
-    log(
-      `no policies: ${path} does not exist, so no routes are proxied (the data listener answers 404 ` +
-        'to every request); the lock issuer runs. Create it (fencegate init) and send SIGHUP, or restart.',
-    );
-    return { policy: new PolicyHolder(path), missing: true };
-  }
-  const opened = await PolicyHolder.open(path);
-  if (!opened.ok) throw new Error(`invalid policies: ${opened.errors.map(formatPolicyError).join('; ')}`);
-  return { policy: opened.holder, missing: false };
-}
-
-/** Reloads on file changes; for a policy path that does not exist yet, from its first successful load on. */
-function watchPolicies(policy: PolicyHolder, missing: boolean, log: Log): void {
-  const onReload = (result: ReloadResult) => log(describeReload(result));
-  if (!missing) {
-    policy.watch(onReload);
-    return;
-  }
-  const off = policy.subscribe(() => {
-    off();
-    policy.watch(onReload);
-  });
+/** The start-up line when the default policy directory does not exist. */
+export function noPolicies(path: string): string {
+  return (
+    `no policies: ${path} does not exist, so no routes are proxied (the data listener answers 404 ` +
+    'to every request); the lock issuer runs. Create it (fencegate init) and send SIGHUP, or restart.'
+  );
 }
 
 async function runClosers(closers: (() => Promise<unknown>)[]): Promise<void> {
