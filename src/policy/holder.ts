@@ -17,6 +17,13 @@ export interface WatchOptions {
   debounceMs?: number;
 }
 
+/**
+ * A Kubernetes ConfigMap or Secret volume updates its files by pointing this symlink at
+ * a new directory (the `*.yaml` entries are symlinks through it): a change to it is a
+ * change to the policies.
+ */
+const KUBERNETES_DATA = '..data';
+
 /** A policy with no routes: every request is answered 404 no-route. */
 export const EMPTY_POLICY: CompiledPolicy = createCompiledPolicy([], {}, []);
 
@@ -132,7 +139,7 @@ export class PolicyHolder {
     const trigger = (_event: string, name: string | Buffer | null) => {
       const file = name === null ? null : name.toString();
       if (only !== null && file !== null && file !== only) return;
-      if (only === null && file !== null && !/\.ya?ml$/i.test(file)) return;
+      if (only === null && file !== null && !/\.ya?ml$/i.test(file) && file !== KUBERNETES_DATA) return;
       if (timer !== null) clearTimeout(timer);
       timer = setTimeout(() => {
         timer = null;

@@ -1,4 +1,4 @@
-import { copyFile, mkdir, mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, mkdtemp, readFile, rename, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -145,5 +145,31 @@ describe('PolicyHolder', () => {
     await writeFile(join(dir, '30-more.yaml'), 'version: 1\n');
     await new Promise((r) => setTimeout(r, 300));
     expect(results).toEqual([]);
+  });
+
+  it('watch() sees a Kubernetes ConfigMap update (an atomic swap of the ..data symlink)', async () => {
+    // The layout kubelet writes: orders.yaml -> ..data/orders.yaml, ..data -> ..<timestamp>/
+    const dir = await mkdtemp(join(tmpdir(), 'fg-holder-k8s-'));
+    const source = await policyDir();
+    const version = async (name: string, routes: string) => {
+      await mkdir(join(dir, name));
+      await copyFile(join(source, '10-upstreams.yaml'), join(dir, name, '10-upstreams.yaml'));
+      await writeFile(join(dir, name, '20-routes.yaml'), routes);
+    };
+    const routes = await readFile(join(source, '20-routes.yaml'), 'utf8');
+    await version('..2026_01_01_v1', routes);
+    await symlink('..2026_01_01_v1', join(dir, '..data'));
+    for (const f of ['10-upstreams.yaml', '20-routes.yaml']) await symlink(join('..data', f), join(dir, f));
+    const opened = await PolicyHolder.open(dir);
+    if (!opened.ok) throw new Error('expected ok');
+    const holder = opened.holder;
+    holders.push(holder);
+    const reloaded = new Promise<ReloadResult>((resolve) => holder.watch(resolve, { debounceMs: 50 }));
+    await version('..2026_01_01_v2', routes.replace('name: order-reads', 'name: order-reads-v2'));
+    await symlink('..2026_01_01_v2', join(dir, '..data_tmp'));
+    await rename(join(dir, '..data_tmp'), join(dir, '..data'));
+    const result = await reloaded;
+    expect(result.ok).toBe(true);
+    expect(holder.current.routes.map((r) => r.name)).toContain('order-reads-v2');
   });
 });
