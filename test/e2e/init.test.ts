@@ -98,6 +98,10 @@ describe('fencegate init', () => {
     expect(await readFile(join(dir, 'policies', 'shadow.yaml'), 'utf8')).toBe('mine\n');
   });
 
+  it('is in the help', async () => {
+    expect((await runCli(['--help'])).stdout).toMatch(/fencegate init \[DIR\]/);
+  });
+
   it('takes at most one directory', async () => {
     const r = await runCli(['init', 'a', 'b']);
     expect(r.code).toBe(2);
