@@ -1,4 +1,4 @@
-/** Small file-system questions shared by the CLI's commands. */
+/** Small file-system questions shared by the policy holder and `fencegate init`. */
 import { lstat } from 'node:fs/promises';
 
 /** Whether anything (a file, a directory, even a dangling symlink) is at `path`. */
