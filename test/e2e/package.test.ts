@@ -126,7 +126,7 @@ describe('the packed package', () => {
     try {
       const end = Date.now() + 180_000;
       let m: RegExpExecArray | null;
-      while (!(m = /listening data=(\S+) control=(\S+)/.exec(out))) {
+      while (!(m = /listening data=([^\s"]+) control=([^\s"]+)/.exec(out))) {
         if (proc.exitCode !== null) throw new Error(`serve exited ${proc.exitCode}: ${out}`);
         if (Date.now() > end) throw new Error(`serve did not start: ${out}`);
         await new Promise((r) => setTimeout(r, 50));
