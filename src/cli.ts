@@ -1,5 +1,5 @@
 /**
- * The `fencegate` command: serve, check, epoch bump, --help, --version.
+ * The `fencegate` command: serve, check, init, epoch bump, --help, --version.
  * Errors that stop a command are one plain line on stderr (`fencegate: <message>`) and
  * a non-zero exit code. Once `serve` has its logger, everything it prints is a pino
  * log line (src/observe/log.ts); a start that fails then is also logged (fatal).
@@ -18,6 +18,7 @@ const HELP = `fencegate ${VERSION}: fencing-aware storage proxy gateway and lock
 Usage:
   fencegate serve [options]      run the issuer, gateway and control API
   fencegate check PATH...        validate policy files or directories; exit 1 on errors
+  fencegate init [DIR]           write commented example policies to DIR/policies (default .); never overwrites
   fencegate epoch bump --store S start a new token epoch (after restoring a store backup)
   fencegate --help | --version
 
@@ -64,6 +65,8 @@ export async function main(argv: string[]): Promise<number> {
         return await serve(rest);
       case 'check':
         return await check(rest);
+      case 'init':
+        return await init(rest);
       case 'epoch':
         return await epoch(rest);
       default:
@@ -166,6 +169,17 @@ async function check(paths: string[]): Promise<number> {
     }
   }
   return bad > 0 ? 1 : 0;
+}
+
+async function init(args: string[]): Promise<number> {
+  const { positionals } = parseArgs({ args, strict: true, allowPositionals: true, options: {} });
+  if (positionals.length > 1) return fail('usage: fencegate init [DIR]');
+  const { scaffold, describeInit } = await import('./init.js');
+  const result = await scaffold(positionals[0] ?? '.');
+  const text = describeInit(result);
+  process.stdout.write(text.stdout);
+  process.stderr.write(text.stderr);
+  return result.ok ? 0 : 1;
 }
 
 async function epoch(args: string[]): Promise<number> {

@@ -3,7 +3,7 @@
  * control listener, and the fencing gateway on the data listener, over one store.
  */
 import type { FastifyInstance } from 'fastify';
-import type { ServeConfig } from './config.js';
+import { DEFAULTS, type ServeConfig } from './config.js';
 import { buildControl } from './control.js';
 import { Issuer } from './issuer/service.js';
 import { EventLog } from './observe/events.js';
@@ -50,9 +50,13 @@ export async function startServer(
   logger: Logger = silentLogger(),
 ): Promise<RunningServer> {
   const lifecycle = lifecycleLogger(logger);
-  const opened = await PolicyHolder.open(config.policies);
+  // A missing default ./policies is fine: a first run needs no policy (the issuer alone is useful).
+  const opened = await PolicyHolder.open(config.policies, {
+    mayBeMissing: config.policies === DEFAULTS.policies,
+  });
   if (!opened.ok) throw new Error(`invalid policies: ${opened.errors.map(formatPolicyError).join('; ')}`);
   const policy = opened.holder;
+  if (opened.missing) lifecycle.info(noPolicies(config.policies));
 
   const metrics = createMetrics();
   const store = instrumentStore(
@@ -127,6 +131,14 @@ export async function startServer(
     await runClosers(closers);
     throw err;
   }
+}
+
+/** The start-up line when the default policy directory does not exist. */
+export function noPolicies(path: string): string {
+  return (
+    `no policies: ${path} does not exist, so no routes are proxied (the data listener answers 404 ` +
+    'to every request); the lock issuer runs. Create it (fencegate init) and send SIGHUP, or restart.'
+  );
 }
 
 async function runClosers(closers: (() => Promise<unknown>)[]): Promise<void> {

@@ -4,6 +4,7 @@
  * already being handled keep the policy they started with.
  */
 import { statSync, watch as fsWatch, type FSWatcher } from 'node:fs';
+import { pathExists } from '../paths.js';
 import { basename, dirname } from 'node:path';
 import type { PolicyError } from './errors.js';
 import { loadPolicies } from './load.js';
@@ -15,6 +16,13 @@ export interface WatchOptions {
   /** Quiet time after the last change before reloading (editors write in bursts). Default 200 ms. */
   debounceMs?: number;
 }
+
+/**
+ * A Kubernetes ConfigMap or Secret volume updates its files by pointing this symlink at
+ * a new directory (the `*.yaml` entries are symlinks through it): a change to it is a
+ * change to the policies.
+ */
+const KUBERNETES_DATA = '..data';
 
 /** A policy with no routes: every request is answered 404 no-route. */
 export const EMPTY_POLICY: CompiledPolicy = createCompiledPolicy([], {}, []);
@@ -38,12 +46,20 @@ export class PolicyHolder {
     this.policy = initial;
   }
 
-  /** Loads `path` for the first time; there is no last good policy to fall back on yet. */
+  /**
+   * Loads `path` for the first time; there is no last good policy to fall back on yet.
+   * With `mayBeMissing`, a path where nothing exists is not an error: the holder then
+   * serves no routes (`missing: true`) until a reload finds policies there.
+   */
   static async open(
     path: string,
-  ): Promise<{ ok: true; holder: PolicyHolder } | { ok: false; errors: PolicyError[] }> {
+    options: { mayBeMissing?: boolean } = {},
+  ): Promise<{ ok: true; holder: PolicyHolder; missing: boolean } | { ok: false; errors: PolicyError[] }> {
+    if (options.mayBeMissing === true && !(await pathExists(path))) {
+      return { ok: true, holder: new PolicyHolder(path), missing: true };
+    }
     const loaded = await loadPolicies(path);
-    return loaded.ok ? { ok: true, holder: new PolicyHolder(path, loaded.policy) } : loaded;
+    return loaded.ok ? { ok: true, holder: new PolicyHolder(path, loaded.policy), missing: false } : loaded;
   }
 
   get current(): CompiledPolicy {
@@ -77,18 +93,53 @@ export class PolicyHolder {
    * Reloads when the policy file or directory changes (fs.watch, debounced). Watches
    * the directory, also for a single file, so editors that save by rename are seen.
    * `onReload` is called after every watch-triggered reload, successful or not.
-   * Returns a function that stops this watcher; unwatch() stops all of them.
+   * If nothing exists at the path yet, watching starts after the first successful
+   * reload (SIGHUP once the directory is created). Returns a function that stops
+   * this watcher; unwatch() stops all of them.
    */
   watch(onReload?: (result: ReloadResult) => void, options: WatchOptions = {}): () => void {
+    let isDir: boolean;
+    try {
+      isDir = statSync(this.path).isDirectory();
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      return this.watchOnceLoaded(onReload, options);
+    }
+    return this.watchPath(isDir, onReload, options);
+  }
+
+  private watchOnceLoaded(
+    onReload: ((result: ReloadResult) => void) | undefined,
+    options: WatchOptions,
+  ): () => void {
+    let stopWatching: (() => void) | null = null;
+    const unsubscribe = this.subscribe(() => {
+      unsubscribe();
+      this.watchers.delete(stop);
+      stopWatching = this.watch(onReload, options);
+    });
+    const stop = () => {
+      unsubscribe();
+      stopWatching?.();
+      this.watchers.delete(stop);
+    };
+    this.watchers.add(stop);
+    return stop;
+  }
+
+  private watchPath(
+    isDir: boolean,
+    onReload: ((result: ReloadResult) => void) | undefined,
+    options: WatchOptions,
+  ): () => void {
     const debounceMs = options.debounceMs ?? 200;
-    const isDir = statSync(this.path).isDirectory();
     const dir = isDir ? this.path : dirname(this.path);
     const only = isDir ? null : basename(this.path);
     let timer: NodeJS.Timeout | null = null;
     const trigger = (_event: string, name: string | Buffer | null) => {
       const file = name === null ? null : name.toString();
       if (only !== null && file !== null && file !== only) return;
-      if (only === null && file !== null && !/\.ya?ml$/i.test(file)) return;
+      if (only === null && file !== null && !/\.ya?ml$/i.test(file) && file !== KUBERNETES_DATA) return;
       if (timer !== null) clearTimeout(timer);
       timer = setTimeout(() => {
         timer = null;

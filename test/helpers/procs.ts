@@ -73,11 +73,12 @@ export async function startFencegate(
   args: string[],
   env: NodeJS.ProcessEnv = {},
   startTimeoutMs = 120_000,
+  cwd = ROOT,
 ): Promise<FencegateProcess> {
   const proc = spawn(
     process.execPath,
     [BIN, 'serve', '--listen', '127.0.0.1:0', '--control', '127.0.0.1:0', '--log-level', 'warn', ...args],
-    { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
+    { cwd, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
   );
   let out = '';
   proc.stdout?.on('data', (d: Buffer) => (out += d.toString()));
