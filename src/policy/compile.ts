@@ -14,7 +14,7 @@ import {
   type CompiledRoute,
   type CompiledUpstream,
 } from './model.js';
-import { parsePathPattern } from './path-pattern.js';
+import { constrainParams, parsePathPattern } from './path-pattern.js';
 import { findShadowing } from './shadowing.js';
 import type { RawPolicyFile, RawRoute } from './schema.js';
 import type { PolicySource } from './source.js';
@@ -146,8 +146,13 @@ function compileRoute(
   const upstream = Object.hasOwn(upstreams, raw.upstream) ? upstreams[raw.upstream] : undefined;
   if (!upstreamDeclared) fail(['upstream'], `unknown upstream "${raw.upstream}"`);
 
-  const path = parsePathPattern(raw.path);
+  let path = parsePathPattern(raw.path);
   if (!path.ok) fail(['path'], path.reason);
+  else if (raw.params !== undefined) {
+    const constrained = constrainParams(path.pattern, raw.params);
+    if (constrained.ok) path = constrained;
+    else for (const e of constrained.errors) fail(['params', e.param], e.reason);
+  }
 
   let lock = null;
   if (raw.lock !== undefined) {

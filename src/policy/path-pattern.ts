@@ -17,6 +17,8 @@ export interface PathPattern {
   /** `name` when the pattern ends in `*name` (also listed in `params`), else null. */
   readonly rest?: string | null;
   readonly params: readonly string[];
+  /** Anchored rules a parameter's decoded value must match (a route's `params`), or null. */
+  readonly constraints?: Readonly<Record<string, RegExp>> | null;
 }
 
 const PARAM = /^:([A-Za-z_][A-Za-z0-9_]*)$/;
@@ -69,6 +71,36 @@ export function parsePathPattern(source: string): PatternParse {
   return { ok: true, pattern: { source, segments, wildcard, rest, params } };
 }
 
+export type ConstrainResult =
+  { ok: true; pattern: PathPattern } | { ok: false; errors: { param: string; reason: string }[] };
+
+/**
+ * `pattern` whose parameters must also match `rules` (name → regular expression, matched
+ * against the whole decoded value, as if written `^(?:rule)$`, with the `u` flag). A
+ * value that does not match makes the route not match: `params: {id: '[0-9]{1,12}'}`
+ * keeps `/orders/7058.json` and `/orders/%EF%BC%97` off a route locked by `{id}`.
+ */
+export function constrainParams(
+  pattern: PathPattern,
+  rules: Readonly<Record<string, string>>,
+): ConstrainResult {
+  const errors: { param: string; reason: string }[] = [];
+  const constraints = Object.create(null) as Record<string, RegExp>;
+  for (const [param, rule] of Object.entries(rules)) {
+    if (!pattern.params.includes(param)) {
+      errors.push({ param, reason: `the path has no parameter "${param}"` });
+      continue;
+    }
+    try {
+      constraints[param] = new RegExp(`^(?:${rule})$`, 'u');
+    } catch (err) {
+      errors.push({ param, reason: `invalid regular expression: ${(err as Error).message}` });
+    }
+  }
+  if (errors.length > 0) return { ok: false, errors };
+  return { ok: true, pattern: { ...pattern, constraints } };
+}
+
 export type RequestPath = { ok: true; segments: string[] } | { ok: false; reason: string };
 
 /**
@@ -115,6 +147,7 @@ export function matchPath(pattern: PathPattern, segments: readonly string[]): Re
   const fixed = pattern.segments.length;
   if (pattern.wildcard ? segments.length < fixed : segments.length !== fixed) return null;
   const params = Object.create(null) as Record<string, string>;
+  const rules = pattern.constraints;
   for (let i = 0; i < fixed; i++) {
     const seg = pattern.segments[i];
     const value = segments[i];
@@ -122,9 +155,14 @@ export function matchPath(pattern: PathPattern, segments: readonly string[]): Re
     if (seg.kind === 'literal') {
       if (seg.value !== value) return null;
     } else {
+      if (rules != null && rules[seg.name]?.test(value) === false) return null;
       params[seg.name] = value;
     }
   }
-  if (pattern.rest) params[pattern.rest] = segments.slice(fixed).join('/');
+  if (pattern.rest) {
+    const rest = segments.slice(fixed).join('/');
+    if (rules != null && rules[pattern.rest]?.test(rest) === false) return null;
+    params[pattern.rest] = rest;
+  }
   return params;
 }

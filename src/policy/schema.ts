@@ -47,6 +47,8 @@ export interface RawRoute {
   lock?: string;
   fencing?: RawFencing;
   upload?: RawUpload;
+  /** Path parameter → regular expression its whole value must match. */
+  params?: Record<string, string>;
   /** Later fenced routes whose matching requests this route deliberately takes (see shadowing.ts). */
   shadows?: string[];
   /** kind: postgres: the table, its key column, and the columns a write may set. */
@@ -119,6 +121,11 @@ const route = {
     lock: { type: 'string', minLength: 1 },
     fencing,
     upload,
+    params: {
+      type: 'object',
+      propertyNames: { type: 'string', minLength: 1 },
+      additionalProperties: { type: 'string', minLength: 1 },
+    },
     shadows: { type: 'array', uniqueItems: true, items: name },
     table: { type: 'string', minLength: 1 },
     key: { type: 'string', minLength: 1 },

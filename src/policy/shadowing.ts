@@ -7,7 +7,8 @@
  * unless the earlier route lists the later one in `shadows` (taking them is its purpose).
  *
  * Two routes take a common request when their methods overlap and some path matches both
- * patterns. Two fenced routes guard it the same way when, for every such path, their lock
+ * patterns (a parameter whose `params` rule refuses the other's literal does not match it;
+ * two parameters are assumed to overlap). Two fenced routes guard it the same way when, for every such path, their lock
  * templates render the same key: compared position by position, a path parameter stands
  * for the path segment it captures, whatever each route names it.
  */
@@ -56,6 +57,11 @@ export function pathsOverlap(a: PathPattern, b: PathPattern): boolean {
     const x = a.segments[i];
     const y = b.segments[i];
     if (x?.kind === 'literal' && y?.kind === 'literal' && x.value !== y.value) return false;
+    // A literal the other route's parameter rule refuses: that route never takes it.
+    if (x?.kind === 'literal' && y?.kind === 'param' && b.constraints?.[y.name]?.test(x.value) === false)
+      return false;
+    if (y?.kind === 'literal' && x?.kind === 'param' && a.constraints?.[x.name]?.test(y.value) === false)
+      return false;
   }
   if (a.segments.length === b.segments.length) return true;
   // The longer pattern's extra segments must be taken by the shorter one's wildcard.

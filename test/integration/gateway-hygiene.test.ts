@@ -168,3 +168,64 @@ describe('request hygiene on the data listener', () => {
     }
   });
 });
+
+describe('route params keep id aliases off a fenced route', () => {
+  let store: Store;
+  let upstream: TestUpstream;
+  let gw: TestGateway;
+
+  beforeAll(async () => {
+    store = new MemoryStore();
+    upstream = await startUpstream();
+    gw = await startGateway({
+      store,
+      policy: `version: 1
+upstreams:
+  orders:
+    kind: http
+    url: ${upstream.url}
+routes:
+  - name: order-writes
+    methods: [PUT]
+    path: /orders/:id
+    upstream: orders
+    lock: 'order:{id}'
+    params: { id: '[1-9][0-9]{0,11}' }
+`,
+    });
+  });
+  afterAll(async () => {
+    await gw.close();
+    await upstream.close();
+  });
+
+  it('a self-issued token for an alias lock admits nothing: the alias matches no route (404)', async () => {
+    // The attack: take the lock of an alias (nobody else holds it), then write through it.
+    const real = await mint(store, 'order:7058');
+    for (const [alias, lock] of [
+      ['07058', 'order:07058'],
+      ['7058.json', 'order:7058.json'],
+      ['7058;v=1', 'order:7058;v=1'],
+      ['%EF%BC%97%EF%BC%90%EF%BC%95%EF%BC%98', 'order:７０５８'],
+    ] as const) {
+      const own = await mint(store, lock);
+      const res = await request(`${gw.url}/orders/${alias}`, {
+        method: 'PUT',
+        headers: { 'fencing-token': String(own.token) },
+        body: '{}',
+      });
+      const body = (await res.body.json()) as { type: string };
+      expect(res.statusCode, alias).toBe(404);
+      expect(body.type).toBe('urn:fencegate:no-route');
+    }
+    expect(upstream.hits).toHaveLength(0);
+    expect((await store.inspect('order:7058'))?.highest ?? null).toBeNull();
+    const ok = await request(`${gw.url}/orders/7058`, {
+      method: 'PUT',
+      headers: { 'fencing-token': String(real.token) },
+      body: '{}',
+    });
+    await ok.body.text();
+    expect(ok.statusCode).toBe(200);
+  });
+});
