@@ -8,6 +8,7 @@
  *   <prefix>:{<tag>}:inf       hash    requestId -> '<token> <gateway session>' (in flight)
  *   <prefix>:{<tag>}:waitq     zset    waiterId -> FIFO position
  *   <prefix>:{<tag>}:waitdl    hash    waiterId -> deadline ms
+ *   <prefix>:{<tag>}:owners    list    '<token> <owner>' of the last GRANT_HISTORY grants
  *   <prefix>:{<tag>}:rq:<h>    string  idempotency record "<leaseId> <token>",
  *                                      h = first 128 bits of sha256(owner, requestId)
  *   <prefix>:{<tag>}:ch        pub/sub channel (not a key)
@@ -27,6 +28,7 @@ export interface LockKeys {
   inf: string;
   waitq: string;
   waitdl: string;
+  owners: string;
   channel: string;
   /** Idempotency record for (owner, requestId). */
   req(owner: string, requestId: string): string;
@@ -54,6 +56,7 @@ export function lockKeys(prefix: string, key: string): LockKeys {
     inf: `${base}:inf`,
     waitq: `${base}:waitq`,
     waitdl: `${base}:waitdl`,
+    owners: `${base}:owners`,
     channel: `${base}:ch`,
     req(owner: string, requestId: string): string {
       // 128 bits are plenty against collisions and keep the record small (it lives 10 min
@@ -80,9 +83,18 @@ export function sessionsKey(prefix: string): string {
   return `${prefix}:gateways`;
 }
 
-/** SCAN patterns for keys that may have a live lease or live waiters. */
-export function scanPatterns(prefix: string): string[] {
-  return [`${prefix}:{*}:lease`, `${prefix}:{*}:waitq`];
+/** Escapes the glob characters of Redis MATCH patterns. */
+function globEscape(text: string): string {
+  return text.replace(/[\\*?[\]]/g, (c) => `\\${c}`);
+}
+
+/**
+ * SCAN patterns for keys that may have a live lease or live waiters, for lock keys that
+ * start with `keyPrefix` ('' = all).
+ */
+export function scanPatterns(prefix: string, keyPrefix = ''): string[] {
+  const tag = globEscape(encodeTag(keyPrefix));
+  return [`${prefix}:{${tag}*}:lease`, `${prefix}:{${tag}*}:waitq`];
 }
 
 /** The lock key of a `<prefix>:{tag}:lease|waitq` key, or null for anything else. */

@@ -6,6 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { formatToken, parseToken, type FencingToken } from '../../tokens.js';
+import { GRANT_HISTORY, type GrantRecord, type ListLocksQuery, type LockPage } from '../types.js';
 import type {
   AcquireRequest,
   AcquireResult,
@@ -128,12 +129,13 @@ class RedisStore implements Store {
     const reqTtl = withReq ? String(Math.max(Number(ttl), MIN_IDEMPOTENCY_MS)) : '';
     const result = await this.run('acquire', async () => {
       const epoch = await this.currentEpoch();
-      const reply = await this.redis.fg_acquire_v2(
+      const reply = await this.redis.fg_acquire_v3(
         k.ctr,
         k.lease,
         k.waitq,
         k.waitdl,
         reqKey,
+        k.owners,
         formatToken(epoch.floor),
         randomUUID(),
         req.owner,
@@ -141,6 +143,7 @@ class RedisStore implements Store {
         req.waiterId ?? '',
         reqTtl,
         k.channel,
+        String(GRANT_HISTORY - 1),
       );
       return parseAcquire(reply, req.key);
     });
@@ -181,38 +184,62 @@ class RedisStore implements Store {
   }
 
   /**
-   * SCANs `<prefix>:{*}:lease` and `:waitq` (at most MAX_SCAN_PAGES pages each, so the
-   * cost is bounded on a large Redis), then inspects candidates in key order until
-   * `limit` locks with a live lease or live waiters are found.
+   * SCANs `<prefix>:{<keyPrefix>*}:lease` and `:waitq` (at most MAX_SCAN_PAGES pages
+   * each, so the cost is bounded on a large Redis), then inspects the candidates after
+   * `after` in byte order until `limit` (+1, to know whether a next page exists) locks
+   * with a live lease or live waiters are found. SCAN has no order, so every page scans
+   * again: paging is for the dashboard's lock table, not for bulk export.
    */
-  async listLocks(limit: number): Promise<LockState[]> {
-    if (!(limit > 0)) return [];
+  async listLocks(query: ListLocksQuery): Promise<LockPage> {
+    const limit = Math.min(Math.max(0, Math.trunc(query.limit)), 1000);
     return this.run('listLocks', async () => {
+      const now = await this.now();
+      if (limit === 0) return { locks: [], next: null, now };
       const candidates = new Set<string>();
-      for (const pattern of scanPatterns(this.prefix)) {
+      for (const pattern of scanPatterns(this.prefix, query.prefix)) {
         let cursor = '0';
         let pages = 0;
         do {
           const [next, found] = await this.redis.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT);
           for (const redisKey of found) {
             const lock = lockKeyOf(this.prefix, redisKey);
-            if (lock !== null) candidates.add(lock);
+            if (lock !== null && lock.startsWith(query.prefix)) candidates.add(lock);
           }
           cursor = next;
           pages += 1;
         } while (cursor !== '0' && pages < MAX_SCAN_PAGES);
       }
-      const sorted = [...candidates].sort();
-      const out: LockState[] = [];
+      const after = query.after === null ? null : Buffer.from(query.after);
+      const sorted = [...candidates]
+        .map((key) => ({ key, bytes: Buffer.from(key) }))
+        .filter((c) => after === null || Buffer.compare(c.bytes, after) > 0)
+        .sort((a, b) => Buffer.compare(a.bytes, b.bytes))
+        .map((c) => c.key);
+      const found: LockState[] = [];
       const batch = 50;
-      for (let i = 0; i < sorted.length && out.length < limit; i += batch) {
+      for (let i = 0; i < sorted.length && found.length <= limit; i += batch) {
         const states = await Promise.all(sorted.slice(i, i + batch).map((key) => this.inspect(key)));
         for (const s of states) {
-          if (s !== null && (s.held || s.waiters > 0) && out.length < limit) out.push(s);
+          if (s !== null && (s.held || s.waiters > 0) && found.length <= limit) found.push(s);
         }
       }
-      return out;
+      const locks = found.slice(0, limit);
+      const last = locks[locks.length - 1];
+      return { locks, next: found.length > limit && last !== undefined ? last.key : null, now };
     });
+  }
+
+  /** LRANGE of the key's owners list (written by every grant, trimmed to GRANT_HISTORY). */
+  async recentGrants(key: string): Promise<GrantRecord[]> {
+    const k = this.keys(key);
+    const entries = await this.run('recentGrants', () => this.redis.lrange(k.owners, 0, GRANT_HISTORY - 1));
+    const out: GrantRecord[] = [];
+    for (const entry of entries) {
+      const space = entry.indexOf(' ');
+      const p = parseToken(entry.slice(0, Math.max(0, space)));
+      if (space > 0 && p.ok) out.push({ token: p.token, owner: entry.slice(space + 1) });
+    }
+    return out;
   }
 
   /**
