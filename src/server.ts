@@ -6,7 +6,9 @@ import type { FastifyInstance } from 'fastify';
 import type { ServeConfig } from './config.js';
 import { buildControl } from './control.js';
 import { Issuer } from './issuer/service.js';
+import { BreakerBoard } from './observe/breakers.js';
 import { EventLog } from './observe/events.js';
+import { OwnerLookup } from './observe/owners.js';
 import { createMetrics } from './observe/metrics.js';
 import type { Metrics } from './observe/metrics.js';
 import { openStore, redactStoreSpec } from './store/index.js';
@@ -50,7 +52,12 @@ export async function startServer(
   const closers: (() => Promise<unknown>)[] = [() => store.close()];
   try {
     const metrics = createMetrics();
-    const events = new EventLog({ log: (e) => log(`fenced ${JSON.stringify(e)}`) });
+    const owners = new OwnerLookup(store);
+    const events = new EventLog({
+      log: (e) => log(`fenced ${JSON.stringify(e)}`),
+      owners: (lock, token) => owners.owner(lock, token),
+    });
+    const breakers = new BreakerBoard();
     const issuer = new Issuer(store, metrics, {
       minTtlMs: config.minTtlMs,
       maxTtlMs: config.maxTtlMs,
@@ -69,6 +76,8 @@ export async function startServer(
       events,
       defaultTtlMs: config.defaultTtlMs,
       logLevel: config.logLevel,
+      policy,
+      breakers,
     });
     closers.unshift(async () => {
       issuer.shutdown();
@@ -82,6 +91,7 @@ export async function startServer(
       logLevel: config.logLevel,
       storeBreaker: { timeoutMs: config.storeTimeoutMs, resetTimeoutMs: config.storeResetTimeoutMs },
       session: { ttlMs: config.sessionTtlMs },
+      breakers,
     });
     closers.unshift(() => gateway.close());
     await control.listen({ host: config.control.host, port: config.control.port });

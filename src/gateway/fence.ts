@@ -36,6 +36,8 @@ export interface FenceOptions {
 interface Refusal {
   problem: ProblemError;
   reason: FencedReason;
+  /** Lower-token writes did not leave the drain barrier in time (an ordering timeout). */
+  drainTimeout?: boolean;
   lock: string;
   token: FencingToken | null;
   highest: FencingToken | null;
@@ -49,11 +51,12 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     metrics.fencedWrites.inc({ route, reason: r.reason, enforced: String(enforced) });
     events.record({
       time: new Date().toISOString(),
+      type: r.drainTimeout === true ? 'drain-timeout' : 'fenced-write',
+      reason: r.drainTimeout === true ? 'drain-timeout' : r.reason,
       route,
       lock: r.lock,
       token: r.token === null ? null : r.token.toString(10),
       highest: r.highest === null ? null : r.highest.toString(10),
-      reason: r.reason,
       enforced,
       client: request.ip,
       owner: null,
@@ -69,7 +72,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     token: FencingToken,
     fencing: FencingSettings,
     signal: AbortSignal,
-  ): Promise<ProblemError | null> {
+  ): Promise<{ problem: ProblemError; timeout: boolean } | null> {
     const started = performance.now();
     let outcome: DrainOutcome | ProblemError;
     try {
@@ -80,18 +83,19 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     const label = outcome instanceof ProblemError ? 'error' : outcome;
     metrics.drainWaitSeconds.observe({ outcome: label }, (performance.now() - started) / 1000);
     if (outcome === 'cleared') return null;
-    if (outcome instanceof ProblemError) return outcome;
-    if (outcome === 'lapsed') return sessionLapsed(lock);
+    if (outcome instanceof ProblemError) return { problem: outcome, timeout: false };
+    if (outcome === 'lapsed') return { problem: sessionLapsed(lock), timeout: false };
     const detail =
       outcome === 'aborted'
         ? 'the client went away at the drain barrier'
         : `lower-token writes for lock "${lock}" still in flight after ${fencing.drainTimeoutMs} ms`;
-    return new ProblemError(
+    const problem = new ProblemError(
       'fence-unavailable',
       detail,
       { lock, token },
       { headers: { 'retry-after': '1' } },
     );
+    return { problem, timeout: outcome === 'timeout' };
   }
 
   // Callback style: an unfenced request passes without a promise or a microtask. A
@@ -252,9 +256,10 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
         finishAll();
         // A client that went away gets no event; the reply goes nowhere but must not reach the proxy.
         if (!clientGone) {
-          record(request, state, { ...verdict, problem: barrier, reason: 'unavailable' }, true);
+          const refusal = { ...verdict, problem: barrier.problem, reason: 'unavailable' as const };
+          record(request, state, { ...refusal, drainTimeout: barrier.timeout }, true);
         }
-        return sendProblem(reply, barrier);
+        return sendProblem(reply, barrier.problem);
       }
     }
     metrics.admittedWrites.inc({ route: route.name });

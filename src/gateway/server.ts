@@ -5,6 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { BreakerBoard } from '../observe/breakers.js';
 import type { EventLog } from '../observe/events.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { PolicyHolder } from '../policy/index.js';
@@ -33,6 +34,8 @@ export interface GatewayOptions {
   storeBreaker?: StoreGuardOptions;
   /** This process's gateway session (docs/adr/0005-gateway-sessions.md). */
   session?: SessionSettings;
+  /** Where the store's and the upstreams' circuit breakers are listed (GET /v1/status). */
+  breakers?: BreakerBoard;
 }
 
 export async function createGateway(opts: GatewayOptions): Promise<FastifyInstance> {
@@ -63,12 +66,13 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   deferContinue(app.server);
 
   const guard = new StoreGuard(opts.store, opts.metrics, app.log, opts.storeBreaker);
+  opts.breakers?.setStore(() => guard.breakerState);
   const sessions = new GatewaySessions(opts.store, opts.metrics, app.log, opts.session);
   guard.finishLater = (lock, requestId) => sessions.finishLater(lock, requestId);
   const observer = new SessionObserver(guard, app.log);
   await sessions.start();
   observer.startSweeping(Math.max(100, Math.floor(sessions.ttlMs / 2)));
-  const pool = new UpstreamPool(opts.metrics, app.log);
+  const pool = new UpstreamPool(opts.metrics, app.log, opts.breakers ?? null);
   const unsubscribe = opts.policy.subscribe((policy) => pool.retain(policy));
   app.addHook('onClose', async () => {
     unsubscribe();
