@@ -46,7 +46,8 @@ async function eventsRoutes(app: FastifyInstance, opts: EventsRoutesOptions): Pr
   const heartbeatMs = opts.heartbeatMs ?? 15_000;
   const maxBufferBytes = opts.maxBufferBytes ?? 1024 * 1024;
   const streams = new Set<() => void>();
-  app.addHook('onClose', async () => {
+  // preClose: before the server waits for its connections, which streams would hold open.
+  app.addHook('preClose', async () => {
     for (const end of [...streams]) end();
   });
 
