@@ -26,7 +26,16 @@ const ASSETS = {
   '/dashboard/style.css': ['style.css', 'text/css; charset=utf-8'],
 } as const;
 
+/** The page's icon (so the browser's request for one is answered, not a 404). */
+const FAVICON =
+  '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">' +
+  '<rect width="16" height="16" rx="3" fill="#1d2330"/>' +
+  '<path d="M4 3v10M8 3v10M12 3v10M2 6h12M2 10h12" stroke="#d8543b" stroke-width="1.5"/></svg>';
+
 async function dashboardRoutes(app: FastifyInstance): Promise<void> {
+  app.get('/dashboard/favicon.svg', async (_request, reply) =>
+    reply.type('image/svg+xml').header('cache-control', 'max-age=86400').send(FAVICON),
+  );
   for (const [path, [file, type]] of Object.entries(ASSETS)) {
     const body = readFileSync(new URL(`./assets/${file}`, import.meta.url));
     app.get(path, async (_request, reply) =>

@@ -316,9 +316,11 @@
 
   // ---- status ----
 
-  function breakerCell(state) {
-    if (state === null) return el('td', 'muted', 'no breaker (yet)');
-    return el('td', state === 'closed' ? 'ok' : state === 'open' ? 'bad' : 'warn', state.replace('_', '-'));
+  function breakerCell(state, kind) {
+    // The postgres kind runs each write as a database transaction: no HTTP circuit breaker.
+    if (state === null) return el('td', 'muted', kind === 'postgres' ? 'none (database)' : 'no breaker yet');
+    const cls = state === 'closed' ? 'ok' : state === 'open' ? 'bad' : 'warn';
+    return el('td', cls, `breaker ${state.replace('_', '-')}`);
   }
 
   async function loadStatus() {
@@ -328,17 +330,19 @@
     const pill = $('store-pill');
     pill.textContent = `store ${s.store.kind}: ${s.store.ok ? 'ok' : 'DOWN'}`;
     pill.className = `pill ${s.store.ok ? 'pill-ok' : 'pill-bad'}`;
+    const detail = el('td', 'muted', s.store.detail);
+    detail.colSpan = 2;
     const rows = [
       row([
-        'store',
-        s.store.kind,
+        `store (${s.store.kind})`,
         el('td', s.store.ok ? 'ok' : 'bad', s.store.ok ? 'up' : 'down'),
         breakerCell(s.store.breaker),
       ]),
-      row([el('td', 'muted', ''), el('td', 'muted', s.store.detail), '', '']),
+      row(['', detail]),
     ];
-    for (const u of s.upstreams)
-      rows.push(row([`upstream ${u.name}`, u.kind, u.url, breakerCell(u.breaker)]));
+    for (const u of s.upstreams) {
+      rows.push(row([`upstream ${u.name} (${u.kind})`, u.url, breakerCell(u.breaker, u.kind)]));
+    }
     replaceRows($('health').tBodies[0], rows);
     replaceRows(
       $('routes').tBodies[0],
