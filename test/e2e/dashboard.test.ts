@@ -237,4 +237,77 @@ describe('the dashboard in headless Chromium', () => {
     expect(await page.locator('#feed img, #locks img, #feed b, #locks b').count()).toBe(0);
     expect(problems).toEqual([]);
   });
+
+  it('stays usable with 10,000 events and 1,000 locks: bounded rows, a paged lock table, filters that still answer', async () => {
+    const pool = async <T>(n: number, width: number, task: (i: number) => Promise<T>) => {
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: width }, async () => {
+          while (next < n) await task(next++);
+        }),
+      );
+    };
+    // 1,000 locks held (the keys sort after every other lock of this test).
+    await pool(1000, 25, async (i) => {
+      await acquire(`zz-load:${String(i).padStart(4, '0')}`, `holder-${i}`, 120_000);
+    });
+    // 10,000 stale writes on 20 locks, each with a lapsed holder.
+    const stale: string[] = [];
+    for (let l = 0; l < 20; l++) {
+      const [old, cur] = await takenOver(`order:${900 + l}`, `late-${l}`, `current-${l}`);
+      expect(await write(String(900 + l), cur.token)).toBeLessThan(300);
+      stale.push(old.token);
+    }
+    const before = Number(await page.locator('#total').textContent());
+    await pool(10_000, 25, async (i) => {
+      expect(await write(String(900 + (i % 20)), stale[i % 20] as string)).toBe(409);
+    });
+
+    await page.waitForFunction(
+      (want) => Number(document.getElementById('total')?.textContent) >= want,
+      before + 10_000,
+      { timeout: 30_000 },
+    );
+    expect(Number(await page.locator('#buffered').textContent())).toBeLessThanOrEqual(10_000);
+    expect(await page.locator('#feed tbody tr').count()).toBeLessThanOrEqual(200);
+
+    // A filter still narrows the feed promptly, to the right lock and owner.
+    await page.fill('#f-lock', 'order:905');
+    await page.waitForFunction(
+      () => {
+        const rows = [...document.querySelectorAll('#feed tbody tr')].map((tr) =>
+          [...tr.children].map((td) => td.textContent),
+        );
+        return rows.length > 0 && rows.every((r) => r[5] === 'order:905' && r[8] === 'late-5');
+      },
+      null,
+      { timeout: 2000 },
+    );
+    await page.fill('#f-lock', '');
+
+    // The lock table is paged: 50 rows, and the next page holds the next 50 keys.
+    await page.fill('#l-prefix', 'zz-load:');
+    await page.waitForFunction(
+      () => {
+        const keys = [...document.querySelectorAll('#locks tbody tr')].map(
+          (tr) => tr.children[0]?.textContent,
+        );
+        return keys.length === 50 && keys[0] === 'zz-load:0000' && keys[49] === 'zz-load:0049';
+      },
+      null,
+      { timeout: 5000 },
+    );
+    await page.click('#l-next');
+    await page.waitForFunction(
+      () => {
+        const rows = [...document.querySelectorAll('#locks tbody tr')].map((tr) =>
+          [...tr.children].map((td) => td.textContent),
+        );
+        return rows.length === 50 && rows[0]?.[0] === 'zz-load:0050' && rows[0]?.[1] === 'holder-50';
+      },
+      null,
+      { timeout: 5000 },
+    );
+    expect(problems).toEqual([]);
+  }, 180_000);
 });
