@@ -9,7 +9,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { ProblemError } from '../errors.js';
 import type { EventLog } from '../observe/events.js';
-import type { FencedReason, Metrics } from '../observe/metrics.js';
+import type { Metrics } from '../observe/metrics.js';
 import type { FencingSettings } from '../policy/index.js';
 import type { FencingToken } from '../tokens.js';
 import type { GatewayRequestState } from './context.js';
@@ -23,6 +23,7 @@ import { Readable } from 'node:stream';
 import { readBoundedBody } from '../http/body.js';
 import { sendContinue } from '../http/continue.js';
 import { kindFor } from './kinds/index.js';
+import { refusalRecorder } from './refusal-log.js';
 import { decide, fenceUnavailable, type Verdict } from './verdict.js';
 
 export interface FenceOptions {
@@ -33,37 +34,10 @@ export interface FenceOptions {
   events: EventLog;
 }
 
-interface Refusal {
-  problem: ProblemError;
-  reason: FencedReason;
-  /** Lower-token writes did not leave the drain barrier in time (an ordering timeout). */
-  drainTimeout?: boolean;
-  lock: string;
-  token: FencingToken | null;
-  highest: FencingToken | null;
-}
-
 async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
   const { guard, sessions, observer, metrics, events } = opts;
 
-  function record(request: FastifyRequest, state: GatewayRequestState, r: Refusal, enforced: boolean): void {
-    const route = state.match.route.name;
-    metrics.fencedWrites.inc({ route, reason: r.reason, enforced: String(enforced) });
-    events.record({
-      time: new Date().toISOString(),
-      type: r.drainTimeout === true ? 'drain-timeout' : 'fenced-write',
-      reason: r.drainTimeout === true ? 'drain-timeout' : r.reason,
-      route,
-      lock: r.lock,
-      token: r.token === null ? null : r.token.toString(10),
-      highest: r.highest === null ? null : r.highest.toString(10),
-      enforced,
-      client: request.ip,
-      owner: null,
-      method: request.method,
-      path: state.path,
-    });
-  }
+  const record = refusalRecorder(metrics, events);
 
   /** Waits at the drain barrier: null when cleared, else the 503 to answer with. */
   async function passBarrier(
@@ -245,7 +219,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
       // The admission outlived this process's session: its entries may no longer count.
       finishAll();
       const problem = sessionLapsed(first.lock);
-      record(request, state, { ...first, problem, reason: 'unavailable' }, true);
+      record(request, state, { ...first, reason: 'unavailable' }, true);
       return sendProblem(reply, problem);
     }
     for (const verdict of admitted) {
@@ -256,8 +230,13 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
         finishAll();
         // A client that went away gets no event; the reply goes nowhere but must not reach the proxy.
         if (!clientGone) {
-          const refusal = { ...verdict, problem: barrier.problem, reason: 'unavailable' as const };
-          record(request, state, { ...refusal, drainTimeout: barrier.timeout }, true);
+          const { lock, token, highest } = verdict;
+          record(
+            request,
+            state,
+            { lock, token, highest, reason: 'unavailable', drainTimeout: barrier.timeout },
+            true,
+          );
         }
         return sendProblem(reply, barrier.problem);
       }

@@ -15,6 +15,7 @@ import { fencePlugin } from './fence.js';
 import { SessionObserver } from './observer.js';
 import { GatewaySessions, type SessionSettings } from './session.js';
 import { errorHandler } from '../http/problems.js';
+import { refusalRecorder } from './refusal-log.js';
 import { routingPlugin } from './routing.js';
 import { servePlugin } from './serve.js';
 import { StoreGuard, type StoreGuardOptions } from './store-guard.js';
@@ -86,7 +87,13 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   await app.register(fencePlugin, { guard, sessions, observer, metrics: opts.metrics, events: opts.events });
   await app.register(servePlugin, {
     policy: opts.policy,
-    env: { log: app.log, metrics: opts.metrics, pool, trustProxy },
+    env: {
+      log: app.log,
+      metrics: opts.metrics,
+      pool,
+      trustProxy,
+      refused: refusalRecorder(opts.metrics, opts.events),
+    },
   });
   return app;
 }

@@ -14,6 +14,7 @@ import { EventLog, type FenceEvent } from '../../src/observe/events.js';
 import { createMetrics } from '../../src/observe/metrics.js';
 import { startSampleUpstream, type SampleUpstream } from '../../src/sample/index.js';
 import { startServer, type RunningServer } from '../../src/server.js';
+import { pgKindFixture, PG_URL, type PgKindFixture } from '../helpers/pg-kind.js';
 import { openSse } from '../helpers/sse.js';
 import { deleteRedisPrefix, REDIS_URL, STORE_FIXTURES, uniqueName, type Harness } from '../helpers/stores.js';
 
@@ -28,6 +29,7 @@ interface Lease {
 
 describe('events API on a running server', () => {
   let sample: SampleUpstream;
+  let pgKind: PgKindFixture;
   let srv: RunningServer;
   let dir: string;
   let namespace: string;
@@ -73,6 +75,8 @@ describe('events API on a running server', () => {
 
   beforeAll(async () => {
     sample = await startSampleUpstream({ port: 0 });
+    pgKind = await pgKindFixture();
+    await pgKind.sql('CREATE TABLE {s}.orders (id bigint PRIMARY KEY, status text)');
     dir = await mkdtemp(join(tmpdir(), 'fg-events-'));
     const policy = join(dir, 'policy.yaml');
     await writeFile(
@@ -83,6 +87,10 @@ describe('events API on a running server', () => {
         '  orders:',
         '    kind: http',
         `    url: ${sample.url}`,
+        '  shop:',
+        '    kind: postgres',
+        `    url: ${PG_URL}`,
+        `    fenceSchema: ${pgKind.fenceSchema}`,
         'routes:',
         '  - name: order-writes',
         '    methods: [PUT]',
@@ -93,6 +101,14 @@ describe('events API on a running server', () => {
         '    methods: [GET]',
         '    path: /orders/*',
         '    upstream: orders',
+        '  - name: order-rows',
+        '    methods: [GET, PUT]',
+        '    path: /tables/orders/:id',
+        '    upstream: shop',
+        `    table: ${pgKind.schema}.orders`,
+        '    key: id',
+        '    columns: [status]',
+        "    lock: 'row:{id}'",
         '',
       ].join('\n'),
     );
@@ -113,6 +129,7 @@ describe('events API on a running server', () => {
   afterAll(async () => {
     await srv?.close();
     await sample?.close();
+    await pgKind?.close();
     await rm(dir, { recursive: true, force: true });
     await deleteRedisPrefix(REDIS_URL, namespace);
   });
@@ -152,6 +169,32 @@ describe('events API on a running server', () => {
     expect(await write('1', '999999999999999999')).toBe(403);
     const [forged] = await eventually('?lock=order:1&reason=forged', 1);
     expect(forged).toMatchObject({ owner: null, token: '999999999999999999' });
+  });
+
+  it('a stale write refused inside the database (kind: postgres) is an event with its owner too', async () => {
+    const a = await acquire('row:1', 'erin', 150);
+    await sleep(300);
+    const b = await acquire('row:1', 'frank');
+    const put = async (token: string) => {
+      const res = await fetch(`${srv.data}/tables/orders/1`, {
+        method: 'PUT',
+        headers: { 'content-type': 'application/json', 'fencing-token': token },
+        body: '{"status":"paid"}',
+      });
+      await res.arrayBuffer();
+      return res.status;
+    };
+    expect(await put(b.token)).toBe(200);
+    expect(await put(a.token)).toBe(409);
+    const [stale] = await eventually('?lock=row:1&type=fenced-write', 1);
+    expect(stale).toMatchObject({
+      reason: 'stale',
+      route: 'order-rows',
+      token: a.token,
+      highest: b.token,
+      owner: 'erin',
+      path: '/tables/orders/1',
+    });
   });
 
   it('filters by route, lock, reason, type and since; limit caps the answer', async () => {
@@ -238,7 +281,10 @@ describe('events API on a running server', () => {
     const s = (await res.json()) as Record<string, unknown>;
     expect(s).toMatchObject({
       store: { kind: 'redis', ok: true, breaker: 'closed' },
-      upstreams: [{ name: 'orders', kind: 'http', breaker: 'closed' }],
+      upstreams: [
+        { name: 'orders', kind: 'http', breaker: 'closed' },
+        { name: 'shop', kind: 'postgres', breaker: null },
+      ],
       routes: [
         {
           name: 'order-writes',
@@ -249,6 +295,12 @@ describe('events API on a running server', () => {
           fencing: { check: 'token', enforce: true },
         },
         { name: 'order-reads', lock: null, fencing: null },
+        {
+          name: 'order-rows',
+          kind: 'postgres',
+          lock: 'row:{id}',
+          fencing: { check: 'token', enforce: true },
+        },
       ],
     });
   });
