@@ -56,7 +56,8 @@ async function eventsRoutes(app: FastifyInstance, opts: EventsRoutesOptions): Pr
     return { total: events.total, oldest: events.oldestId, events: events.recent(limit, filter) };
   });
 
-  app.get('/v1/events/stream', (request: FastifyRequest, reply: FastifyReply) => {
+  // No automatic HEAD route: a HEAD would open a stream that sends nothing and never ends.
+  app.get('/v1/events/stream', { exposeHeadRoute: false }, (request: FastifyRequest, reply: FastifyReply) => {
     const { filter } = parseEventQuery(request.query, { stream: true });
     const resumeFrom = lastEventId(request);
     const live: EventFilter = { ...filter };

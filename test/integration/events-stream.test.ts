@@ -63,6 +63,12 @@ describe('events stream', () => {
     later.close();
   });
 
+  it('has no HEAD route (a HEAD would be a stream that never ends)', async () => {
+    const { url } = await serve(new EventLog());
+    const res = await fetch(`${url}/v1/events/stream`, { method: 'HEAD' });
+    expect(res.status).toBe(404);
+  });
+
   it('sends heartbeats as comments while nothing happens', async () => {
     const events = new EventLog();
     const { port } = await serve(events, { heartbeatMs: 50 });
