@@ -345,6 +345,10 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
     expect(recent[GRANT_HISTORY - 1]).toEqual({ token: tokens[3], owner: 'worker-3' });
     expect(recent.map((r) => r.token)).toEqual([...tokens].reverse().slice(0, GRANT_HISTORY));
     expect(await h.store.recentGrants('owners:2')).toEqual([]);
+    const odd = await grant(h.store, 'owners:3', 'we%0Aird\nowner ü');
+    expect(await h.store.recentGrants('owners:3')).toEqual([
+      { token: odd.token, owner: 'we%0Aird\nowner ü' },
+    ]);
   });
 
   it('watch() delivers a release to a subscriber', async () => {

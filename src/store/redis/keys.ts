@@ -2,13 +2,13 @@
  * Redis key layout. Every key of one lock carries the same hash tag, so one script can
  * touch them all in Redis Cluster:
  *
- *   <prefix>:{<tag>}:ctr       hash    issued, floor           (token strings)
+ *   <prefix>:{<tag>}:ctr       hash    issued, floor           (token strings),
+ *                                      owners: '<token> <owner>' lines of the last grants
  *   <prefix>:{<tag>}:lease     hash    leaseId, owner, token, expiresAt, ttlMs
  *   <prefix>:{<tag>}:fence     string  highest admitted token
  *   <prefix>:{<tag>}:inf       hash    requestId -> '<token> <gateway session>' (in flight)
  *   <prefix>:{<tag>}:waitq     zset    waiterId -> FIFO position
  *   <prefix>:{<tag>}:waitdl    hash    waiterId -> deadline ms
- *   <prefix>:{<tag>}:owners    list    '<token> <owner>' of the last GRANT_HISTORY grants
  *   <prefix>:{<tag>}:rq:<h>    string  idempotency record "<leaseId> <token>",
  *                                      h = first 128 bits of sha256(owner, requestId)
  *   <prefix>:{<tag>}:ch        pub/sub channel (not a key)
@@ -28,7 +28,6 @@ export interface LockKeys {
   inf: string;
   waitq: string;
   waitdl: string;
-  owners: string;
   channel: string;
   /** Idempotency record for (owner, requestId). */
   req(owner: string, requestId: string): string;
@@ -56,7 +55,6 @@ export function lockKeys(prefix: string, key: string): LockKeys {
     inf: `${base}:inf`,
     waitq: `${base}:waitq`,
     waitdl: `${base}:waitdl`,
-    owners: `${base}:owners`,
     channel: `${base}:ch`,
     req(owner: string, requestId: string): string {
       // 128 bits are plenty against collisions and keep the record small (it lives 10 min
@@ -72,6 +70,18 @@ export function lockKeys(prefix: string, key: string): LockKeys {
       return `${base}:rq:${h}`;
     },
   };
+}
+
+const LINE_ESCAPES: Record<string, string> = { '%': '%25', '\n': '%0A' };
+
+/** An owner as written in the `owners` field of ctr: one line, `%` and newline escaped. */
+export function encodeOwnerLine(owner: string): string {
+  return owner.replace(/[%\n]/g, (c) => LINE_ESCAPES[c] ?? c);
+}
+
+/** Inverse of encodeOwnerLine. */
+export function decodeOwnerLine(line: string): string {
+  return line.replace(/%(25|0A)/g, (m) => (m === '%25' ? '%' : '\n'));
 }
 
 export function epochKey(prefix: string): string {

@@ -13,7 +13,7 @@ import type { Redis } from 'ioredis';
 
 /** Script name -> [file, number of KEYS]. */
 export const SCRIPTS = {
-  fg_acquire_v3: ['acquire.lua', 6],
+  fg_acquire_v3: ['acquire.lua', 5],
   fg_renew_v1: ['renew.lua', 1],
   fg_release_v1: ['release.lua', 1],
   fg_enqueue_waiter_v1: ['enqueue_waiter.lua', 2],
@@ -40,7 +40,6 @@ export interface FencegateCommands {
     waitq: string,
     waitdl: string,
     req: string,
-    owners: string,
     globalFloor: string,
     leaseId: string,
     owner: string,
@@ -48,7 +47,8 @@ export interface FencegateCommands {
     waiterId: string,
     reqTtlMs: string,
     channel: string,
-    ownersLastIndex: string,
+    history: string,
+    ownerLine: string,
   ): Promise<unknown>;
   fg_renew_v1(lease: string, leaseId: string, ttlMs: string): Promise<unknown>;
   fg_release_v1(lease: string, leaseId: string, channel: string): Promise<unknown>;

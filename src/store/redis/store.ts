@@ -25,7 +25,16 @@ import type {
 import { namespaceProblem } from '../namespace.js';
 import { type Connection, connect, createConnection, unavailable } from './connection.js';
 import { type Durability, checkDurability } from './durability.js';
-import { epochKey, lockKeyOf, lockKeys, scanPatterns, sessionsKey, type LockKeys } from './keys.js';
+import {
+  decodeOwnerLine,
+  encodeOwnerLine,
+  epochKey,
+  lockKeyOf,
+  lockKeys,
+  scanPatterns,
+  sessionsKey,
+  type LockKeys,
+} from './keys.js';
 import {
   parseAcquire,
   parseAdmit,
@@ -135,7 +144,6 @@ class RedisStore implements Store {
         k.waitq,
         k.waitdl,
         reqKey,
-        k.owners,
         formatToken(epoch.floor),
         randomUUID(),
         req.owner,
@@ -143,7 +151,8 @@ class RedisStore implements Store {
         req.waiterId ?? '',
         reqTtl,
         k.channel,
-        String(GRANT_HISTORY - 1),
+        String(GRANT_HISTORY),
+        encodeOwnerLine(req.owner),
       );
       return parseAcquire(reply, req.key);
     });
@@ -229,17 +238,17 @@ class RedisStore implements Store {
     });
   }
 
-  /** LRANGE of the key's owners list (written by every grant, trimmed to GRANT_HISTORY). */
+  /** The `owners` field of the key's ctr hash (written by every grant, GRANT_HISTORY lines). */
   async recentGrants(key: string): Promise<GrantRecord[]> {
     const k = this.keys(key);
-    const entries = await this.run('recentGrants', () => this.redis.lrange(k.owners, 0, GRANT_HISTORY - 1));
+    const field = await this.run('recentGrants', () => this.redis.hget(k.ctr, 'owners'));
     const out: GrantRecord[] = [];
-    for (const entry of entries) {
-      const space = entry.indexOf(' ');
-      const p = parseToken(entry.slice(0, Math.max(0, space)));
-      if (space > 0 && p.ok) out.push({ token: p.token, owner: entry.slice(space + 1) });
+    for (const line of (field ?? '').split('\n')) {
+      const space = line.indexOf(' ');
+      const p = parseToken(line.slice(0, Math.max(0, space)));
+      if (space > 0 && p.ok) out.push({ token: p.token, owner: decodeOwnerLine(line.slice(space + 1)) });
     }
-    return out;
+    return out.slice(0, GRANT_HISTORY);
   }
 
   /**

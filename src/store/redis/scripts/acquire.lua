@@ -3,7 +3,9 @@
 -- as long as that grant is still the current, live lease. A grant publishes on the
 -- lock's channel, so the waiters behind re-read the new lease's expiry at once.
 --
--- KEYS[1] ctr     hash    issued (token string), floor (key floor, token string)
+-- KEYS[1] ctr     hash    issued (token string), floor (key floor, token string),
+--                         owners: "<token> <owner>" lines of the key's last ARGV[8]
+--                         grants, newest first (only to name owners in events)
 -- KEYS[2] lease   hash    leaseId, owner, token, expiresAt (ms), ttlMs; expires
 --                         LEASE_KEEP_MS after the lease would lapse (a dead holder's
 --                         lease does not stay forever)
@@ -11,8 +13,6 @@
 -- KEYS[4] waitdl  hash    waiterId -> deadline (ms)
 -- KEYS[5] req     string  idempotency record of (requestId, owner): "<leaseId> <token>";
 --                         used only when ARGV[6] ~= ''
--- KEYS[6] owners  list    "<token> <owner>" of the key's last grants (ARGV[8] + 1), newest
---                         first (only to name the owner of a refused token in events)
 -- ARGV[1] globalFloor     floor of the global epoch (token string)
 -- ARGV[2] leaseId         id for a new lease (random, made by the caller)
 -- ARGV[3] owner
@@ -20,7 +20,8 @@
 -- ARGV[5] waiterId        '' when the attempt does not come from a queued waiter
 -- ARGV[6] reqTtlMs        '' without requestId; else how long the idempotency record lives
 -- ARGV[7] channel         the lock's pub/sub channel (not a key)
--- ARGV[8] lastIndex       KEYS[6] keeps the entries 0 … lastIndex (grants remembered - 1)
+-- ARGV[8] history         how many grants the owners field remembers (a count)
+-- ARGV[9] ownerLine       the owner as written in the owners field ('%' and newline escaped)
 --
 -- Returns (every element a string):
 --   {'ok', leaseId, owner, token, expiresAt, ttlMs, replayed '0'|'1', tookOverExpired '0'|'1',
@@ -29,10 +30,9 @@
 --   {'ended', leaseId, token}  the replayed grant's lease is no longer current; nothing changed
 --   {'exhausted'}              the next token would exceed 2^63-1; nothing changed
 local ctrKey, leaseKey, qKey, dlKey, reqKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local ownersKey = KEYS[6]
 local globalFloor, leaseId, owner = ARGV[1], ARGV[2], ARGV[3]
 local ttlMs, waiterId, reqTtlMs, channel = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
-local lastIndex = ARGV[8]
+local history, ownerLine = tonumber(ARGV[8]), ARGV[9]
 local LEASE_KEEP_MS = 600000
 
 local now = fg_now()
@@ -100,7 +100,18 @@ if lease[1] then -- a lapsed lease that was never released
 end
 local expiresAt = fg_int(now + tonumber(ttlMs))
 
-redis.call('HSET', ctrKey, 'issued', token, 'floor', keyFloor)
+-- The owners field: this grant first, then the newest history - 1 lines kept before.
+local owners = token .. ' ' .. ownerLine
+local before = redis.call('HGET', ctrKey, 'owners')
+if before then
+  local n = 1
+  for line in string.gmatch(before, '[^\n]+') do
+    if n >= history then break end
+    owners = owners .. '\n' .. line
+    n = n + 1
+  end
+end
+redis.call('HSET', ctrKey, 'issued', token, 'floor', keyFloor, 'owners', owners)
 redis.call('HSET', leaseKey, 'leaseId', leaseId, 'owner', owner, 'token', token,
   'expiresAt', expiresAt, 'ttlMs', ttlMs)
 redis.call('PEXPIRE', leaseKey, fg_int(tonumber(ttlMs) + LEASE_KEEP_MS))
@@ -111,8 +122,6 @@ end
 if reqTtlMs ~= '' then
   redis.call('SET', reqKey, leaseId .. ' ' .. token, 'PX', reqTtlMs)
 end
-redis.call('LPUSH', ownersKey, token .. ' ' .. owner)
-redis.call('LTRIM', ownersKey, 0, lastIndex)
 -- Waiters behind the winner were told to retry at the lock's free moment or at the
 -- winner's queue deadline; tell them the lock is taken, so they re-read its expiry.
 redis.call('PUBLISH', channel, 'grant')
