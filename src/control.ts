@@ -1,6 +1,7 @@
 /**
- * The control listener: the issuer API, /healthz, /readyz, /metrics and the
- * recent fenced-write events.
+ * The control listener: the issuer API, /healthz, /readyz, /metrics, the events API
+ * (/v1/events, /v1/events/stream), the lock list (/v1/locks), /v1/status and the ops
+ * dashboard (/dashboard).
  */
 import Fastify, { LogController } from 'fastify';
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -15,8 +16,14 @@ import {
 } from './http/problems.js';
 import type { Issuer } from './issuer/service.js';
 import issuerRoutes from './issuer/routes.js';
+import dashboardRoutes from './dashboard/routes.js';
+import type { BreakerBoard } from './observe/breakers.js';
 import type { EventLog } from './observe/events.js';
 import { levelEnabled } from './observe/log.js';
+import eventsRoutes from './observe/events-routes.js';
+import locksRoutes from './observe/locks-routes.js';
+import statusRoutes, { storeHealth, storeHealthJson } from './observe/status-routes.js';
+import type { PolicyHolder } from './policy/index.js';
 import type { Metrics } from './observe/metrics.js';
 import type { Store } from './store/types.js';
 
@@ -31,6 +38,9 @@ export async function buildControl(opts: {
   logLevel?: string;
   /** Log a line per request at info (probes and /metrics at debug). Default true. */
   accessLog?: boolean;
+  /** The gateway's policy and breakers, for /v1/status (absent: no gateway in this process). */
+  policy?: PolicyHolder;
+  breakers?: BreakerBoard;
 }): Promise<FastifyInstance> {
   const loggerOption =
     opts.logger !== undefined
@@ -56,36 +66,34 @@ export async function buildControl(opts: {
     reply.header('connection', 'close');
     sendProblem(reply, noHost);
   });
-  await app.register(issuerRoutes, { issuer: opts.issuer, defaultTtlMs: opts.defaultTtlMs });
+  await app.register(issuerRoutes, {
+    issuer: opts.issuer,
+    defaultTtlMs: opts.defaultTtlMs,
+    events: opts.events,
+  });
+  await app.register(eventsRoutes, { events: opts.events });
+  await app.register(locksRoutes, { store: opts.store });
+  await app.register(statusRoutes, {
+    store: opts.store,
+    events: opts.events,
+    policy: opts.policy ?? null,
+    breakers: opts.breakers ?? null,
+  });
+  await app.register(dashboardRoutes);
   app.get('/healthz', async () => ({ ok: true }));
   app.get('/readyz', async (_req, reply) => {
-    const h = await opts.store.health().catch((err: unknown) => ({
-      ok: false,
-      kind: opts.store.kind,
-      detail: err instanceof Error ? err.message : String(err),
-      epoch: null,
-    }));
-    const body = {
-      ok: h.ok,
-      store: {
-        kind: h.kind,
-        ok: h.ok,
-        detail: h.detail,
-        epoch: h.epoch && { id: h.epoch.id, floor: h.epoch.floor.toString() },
-      },
-    };
-    return reply.code(h.ok ? 200 : 503).send(body);
+    const h = await storeHealth(opts.store);
+    return reply.code(h.ok ? 200 : 503).send({ ok: h.ok, store: storeHealthJson(h) });
   });
   app.get('/metrics', async (_req, reply) => {
     reply.type(opts.metrics.registry.contentType);
     return opts.metrics.registry.metrics();
   });
-  app.get('/v1/events', async () => ({ total: opts.events.total, events: opts.events.recent(200) }));
   return app;
 }
 
-/** Probes and scrapes: logged at debug, so they do not drown the info log. */
-const QUIET_PATHS = new Set(['/healthz', '/readyz', '/metrics']);
+/** Probes, scrapes and the dashboard's status poll: logged at debug, so they do not drown the info log. */
+const QUIET_PATHS = new Set(['/healthz', '/readyz', '/metrics', '/v1/status']);
 
 /** The control listener's access log: a line per request, probes and scrapes at debug. */
 class ControlLogController extends LogController {

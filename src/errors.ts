@@ -8,6 +8,7 @@ export const PROBLEMS = {
   'bad-request': { status: 400, title: 'The request is malformed' },
   'invalid-key': { status: 400, title: 'The lock key is not valid' },
   'invalid-ttl': { status: 400, title: 'ttlMs is out of bounds' },
+  'invalid-query': { status: 400, title: 'A query parameter of this listing is not valid' },
   'token-malformed': { status: 400, title: 'The fencing token is malformed' },
   'lock-held': { status: 409, title: 'The lock is held, or other waiters are queued ahead' },
   'replay-ended': { status: 409, title: 'The lease granted to this requestId is no longer current' },

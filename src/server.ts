@@ -6,8 +6,10 @@ import type { FastifyInstance } from 'fastify';
 import { DEFAULTS, type ServeConfig } from './config.js';
 import { buildControl } from './control.js';
 import { Issuer } from './issuer/service.js';
+import { BreakerBoard } from './observe/breakers.js';
 import { EventLog } from './observe/events.js';
 import { fencedWriteLog, lifecycleLogger, silentLogger, type Logger } from './observe/log.js';
+import { OwnerLookup } from './observe/owners.js';
 import { createMetrics } from './observe/metrics.js';
 import type { Metrics } from './observe/metrics.js';
 import { instrumentStore } from './observe/store-metrics.js';
@@ -68,9 +70,12 @@ export async function startServer(
   );
   const closers: (() => Promise<unknown>)[] = [() => store.close()];
   try {
+    const owners = new OwnerLookup(store);
     const events = new EventLog({
       log: fencedWriteLog(logger, metrics.logLinesSuppressed),
+      owners: (lock, token) => owners.owner(lock, token),
     });
+    const breakers = new BreakerBoard();
     const issuer = new Issuer(store, metrics, {
       minTtlMs: config.minTtlMs,
       maxTtlMs: config.maxTtlMs,
@@ -90,6 +95,8 @@ export async function startServer(
       defaultTtlMs: config.defaultTtlMs,
       logger,
       accessLog: config.accessLog > 0,
+      policy,
+      breakers,
     });
     closers.unshift(async () => {
       issuer.shutdown();
@@ -104,6 +111,7 @@ export async function startServer(
       accessLog: config.accessLog,
       storeBreaker: { timeoutMs: config.storeTimeoutMs, resetTimeoutMs: config.storeResetTimeoutMs },
       session: { ttlMs: config.sessionTtlMs },
+      breakers,
     });
     closers.unshift(() => gateway.close());
     await control.listen({ host: config.control.host, port: config.control.port });

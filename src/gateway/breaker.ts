@@ -69,6 +69,12 @@ export class Breaker {
     }
   }
 
+  /** closed, half_open (one trial call let through) or open. */
+  get state(): 'closed' | 'half_open' | 'open' {
+    if (this.circuit.halfOpen) return 'half_open';
+    return this.circuit.opened ? 'open' : 'closed';
+  }
+
   /** True while the circuit is open or half-open. */
   get opened(): boolean {
     return !this.circuit.closed;

@@ -9,7 +9,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { ProblemError } from '../errors.js';
 import type { EventLog } from '../observe/events.js';
-import type { FencedReason, Metrics } from '../observe/metrics.js';
+import type { Metrics } from '../observe/metrics.js';
 import type { FencingSettings } from '../policy/index.js';
 import type { FencingToken } from '../tokens.js';
 import type { GatewayRequestState } from './context.js';
@@ -23,6 +23,7 @@ import { Readable } from 'node:stream';
 import { readBoundedBody } from '../http/body.js';
 import { sendContinue } from '../http/continue.js';
 import { kindFor } from './kinds/index.js';
+import { refusalRecorder } from './refusal-log.js';
 import { decide, fenceUnavailable, type Verdict } from './verdict.js';
 
 export interface FenceOptions {
@@ -33,34 +34,10 @@ export interface FenceOptions {
   events: EventLog;
 }
 
-interface Refusal {
-  problem: ProblemError;
-  reason: FencedReason;
-  lock: string;
-  token: FencingToken | null;
-  highest: FencingToken | null;
-}
-
 async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
   const { guard, sessions, observer, metrics, events } = opts;
 
-  function record(request: FastifyRequest, state: GatewayRequestState, r: Refusal, enforced: boolean): void {
-    const route = state.match.route.name;
-    metrics.fencedWrites.inc({ route, reason: r.reason, enforced: String(enforced) });
-    events.record({
-      time: new Date().toISOString(),
-      route,
-      lock: r.lock,
-      token: r.token === null ? null : r.token.toString(10),
-      highest: r.highest === null ? null : r.highest.toString(10),
-      reason: r.reason,
-      enforced,
-      client: request.ip,
-      owner: null,
-      method: request.method,
-      path: state.path,
-    });
-  }
+  const record = refusalRecorder(metrics, events);
 
   /** Waits at the drain barrier: null when cleared, else the 503 to answer with. */
   async function passBarrier(
@@ -70,7 +47,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     token: FencingToken,
     fencing: FencingSettings,
     signal: AbortSignal,
-  ): Promise<ProblemError | null> {
+  ): Promise<{ problem: ProblemError; timeout: boolean } | null> {
     const started = performance.now();
     let outcome: DrainOutcome | ProblemError;
     try {
@@ -81,19 +58,20 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     const label = outcome instanceof ProblemError ? 'error' : outcome;
     metrics.drainWaitSeconds.observe({ outcome: label }, (performance.now() - started) / 1000);
     if (outcome === 'cleared') return null;
-    if (outcome instanceof ProblemError) return outcome;
-    if (outcome === 'lapsed') return sessionLapsed(lock);
+    if (outcome instanceof ProblemError) return { problem: outcome, timeout: false };
+    if (outcome === 'lapsed') return { problem: sessionLapsed(lock), timeout: false };
     if (outcome === 'timeout') metrics.fenceOf(route).drainTimeouts.n += 1;
     const detail =
       outcome === 'aborted'
         ? 'the client went away at the drain barrier'
         : `lower-token writes for lock "${lock}" still in flight after ${fencing.drainTimeoutMs} ms`;
-    return new ProblemError(
+    const problem = new ProblemError(
       'fence-unavailable',
       detail,
       { lock, token },
       { headers: { 'retry-after': '1' } },
     );
+    return { problem, timeout: outcome === 'timeout' };
   }
 
   // Callback style: an unfenced request passes without a promise or a microtask. A
@@ -243,7 +221,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
       // The admission outlived this process's session: its entries may no longer count.
       finishAll();
       const problem = sessionLapsed(first.lock);
-      record(request, state, { ...first, problem, reason: 'unavailable' }, true);
+      record(request, state, { ...first, reason: 'unavailable' }, true);
       return sendProblem(reply, problem);
     }
     for (const verdict of admitted) {
@@ -254,9 +232,15 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
         finishAll();
         // A client that went away gets no event; the reply goes nowhere but must not reach the proxy.
         if (!clientGone) {
-          record(request, state, { ...verdict, problem: barrier, reason: 'unavailable' }, true);
+          const { lock, token, highest } = verdict;
+          record(
+            request,
+            state,
+            { lock, token, highest, reason: 'unavailable', drainTimeout: barrier.timeout },
+            true,
+          );
         }
-        return sendProblem(reply, barrier);
+        return sendProblem(reply, barrier.problem);
       }
     }
     metrics.fenceOf(route.name).admitted.n += 1;

@@ -5,6 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { BreakerBoard } from '../observe/breakers.js';
 import type { EventLog } from '../observe/events.js';
 import { seedPolicy, type Metrics } from '../observe/metrics.js';
 import { instrumentStore } from '../observe/store-metrics.js';
@@ -21,6 +22,7 @@ import {
   HTTP_SERVER_OPTIONS,
   refuseUnknownExpectations,
 } from '../http/problems.js';
+import { refusalRecorder } from './refusal-log.js';
 import { routingPlugin } from './routing.js';
 import { servePlugin } from './serve.js';
 import { StoreGuard, type StoreGuardOptions } from './store-guard.js';
@@ -45,6 +47,8 @@ export interface GatewayOptions {
   storeBreaker?: StoreGuardOptions;
   /** This process's gateway session (docs/adr/0005-gateway-sessions.md). */
   session?: SessionSettings;
+  /** Where the store's and the upstreams' circuit breakers are listed (GET /v1/status). */
+  breakers?: BreakerBoard;
 }
 
 export async function createGateway(opts: GatewayOptions): Promise<FastifyInstance> {
@@ -83,12 +87,13 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
 
   const store = instrumentStore(opts.store, opts.metrics);
   const guard = new StoreGuard(store, opts.metrics, app.log, opts.storeBreaker);
+  opts.breakers?.setStore(() => guard.breakerState);
   const sessions = new GatewaySessions(store, opts.metrics, app.log, opts.session);
   guard.finishLater = (lock, requestId) => sessions.finishLater(lock, requestId);
   const observer = new SessionObserver(guard, app.log);
   await sessions.start();
   observer.startSweeping(Math.max(100, Math.floor(sessions.ttlMs / 2)));
-  const pool = new UpstreamPool(opts.metrics, app.log);
+  const pool = new UpstreamPool(opts.metrics, app.log, opts.breakers ?? null);
   seedPolicy(opts.metrics, opts.policy.current);
   const unsubscribe = opts.policy.subscribe((policy) => {
     pool.retain(policy);
@@ -106,7 +111,13 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   await app.register(fencePlugin, { guard, sessions, observer, metrics: opts.metrics, events: opts.events });
   await app.register(servePlugin, {
     policy: opts.policy,
-    env: { log: app.log, metrics: opts.metrics, pool, trustProxy },
+    env: {
+      log: app.log,
+      metrics: opts.metrics,
+      pool,
+      trustProxy,
+      refused: refusalRecorder(opts.metrics, opts.events),
+    },
   });
   return app;
 }

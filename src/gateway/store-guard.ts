@@ -105,6 +105,11 @@ export class StoreGuard {
   /** Where failed finishes go to be retried (set by the gateway). */
   finishLater: ((lock: string, requestId: string) => void) | null = null;
 
+  /** The store breaker's state (for GET /v1/status). */
+  get breakerState(): 'closed' | 'half_open' | 'open' {
+    return this.breaker.state;
+  }
+
   shutdown(): void {
     this.breaker.shutdown();
   }

@@ -14,6 +14,7 @@
 import { Breaker } from './breaker.js';
 import { Pool, type Dispatcher } from 'undici';
 import { GuardedHandler, type ForwardGuard } from './forward-guard.js';
+import type { BreakerBoard } from '../observe/breakers.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { CompiledPolicy, CompiledUpstream } from '../policy/index.js';
 import { isUpstreamFailure } from './upstream-errors.js';
@@ -77,6 +78,8 @@ interface Client {
   agent: Pool;
   target: ReturnType<typeof guardedTarget>;
   breaker: Breaker;
+  /** Removes the breaker from the board. */
+  unlist: () => void;
 }
 
 export interface UpstreamLog {
@@ -110,6 +113,8 @@ export class UpstreamPool {
   constructor(
     private readonly metrics: Metrics,
     private readonly log: UpstreamLog,
+    /** Where each upstream's breaker is listed for GET /v1/status, if anywhere. */
+    private readonly board: BreakerBoard | null = null,
   ) {}
 
   /** Seconds until the upstream's open circuit lets a trial request through. */
@@ -217,13 +222,15 @@ export class UpstreamPool {
       onState: (state) => this.metrics.setBreakerState(upstream.name, state),
     });
     this.seeded.add(upstream.name);
-    const client = { signature, agent, target: guardedTarget(agent), breaker };
+    const unlist = this.board?.setUpstream(upstream.name, () => breaker.state) ?? (() => undefined);
+    const client = { signature, agent, target: guardedTarget(agent), breaker, unlist };
     this.clients.set(upstream.name, client);
     return client;
   }
 
   private async drop(name: string, client: Client): Promise<void> {
     if (this.clients.get(name) === client) this.clients.delete(name);
+    client.unlist();
     client.breaker.shutdown();
     await client.agent.close().catch(() => undefined);
   }

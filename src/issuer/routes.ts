@@ -5,7 +5,8 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { ProblemError } from '../errors.js';
-import { refuse } from '../http/problems.js';
+import { pathOf, refuse } from '../http/problems.js';
+import type { EventInput, EventLog } from '../observe/events.js';
 import type { Lease, LockState } from '../store/types.js';
 import type { Issuer } from './service.js';
 import { parseAcquire, parseRelease, parseRenew, validKey } from './validate.js';
@@ -13,6 +14,8 @@ import { parseAcquire, parseRelease, parseRenew, validKey } from './validate.js'
 export interface IssuerRoutesOptions {
   issuer: Issuer;
   defaultTtlMs?: number;
+  /** Where lease expiries, failed renewals and releases by a non-owner are recorded. */
+  events?: EventLog;
 }
 
 type KeyParams = { key: string };
@@ -47,6 +50,25 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
   const { issuer } = opts;
   const defaultTtl = opts.defaultTtlMs ?? 10_000;
   const keyOf = (req: FastifyRequest<{ Params: KeyParams }>) => validKey(req.params.key);
+  const record = (
+    req: FastifyRequest,
+    lock: string,
+    what: Pick<EventInput, 'type' | 'reason' | 'token' | 'highest' | 'owner'>,
+  ) =>
+    opts.events?.record({
+      time: new Date().toISOString(),
+      type: what.type,
+      reason: what.reason,
+      route: null,
+      lock,
+      token: what.token,
+      highest: what.highest,
+      enforced: true,
+      client: req.ip,
+      owner: what.owner,
+      method: req.method,
+      path: pathOf(req.url),
+    });
 
   app.post<{ Params: KeyParams }>('/v1/locks/:key/acquire', async (req, reply) => {
     const key = keyOf(req);
@@ -58,6 +80,17 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
     reply.raw.once('close', onClose);
     try {
       const r = await issuer.acquire({ key, ...body }, abort.signal);
+      if (r.ok && r.lapsed !== null) {
+        // The issuer sees a lease lapse when it takes it over: the lapsed lease's holder
+        // never released it (a crash, a pause, a lost renewal).
+        record(req, key, {
+          type: 'lease-expired',
+          reason: 'expired',
+          token: r.lapsed.token.toString(10),
+          highest: r.lease.token.toString(10),
+          owner: r.lapsed.owner,
+        });
+      }
       if (r.ok) {
         return reply.code(200).send({ ...leaseJson(r.lease), replayed: r.replayed, waitedMs: r.waitedMs });
       }
@@ -101,6 +134,13 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
     const body = parseRenew(req.body, issuer.limits, defaultTtl);
     const r = await issuer.renew(key, body.leaseId, body.ttlMs);
     if (!r.ok) {
+      record(req, key, {
+        type: 'renew-failed',
+        reason: 'lease-lost',
+        token: null,
+        highest: null,
+        owner: null,
+      });
       return refuse(reply, 'lease-lost', 'the lease has expired or was taken over', {
         lock: key,
         leaseId: body.leaseId,
@@ -121,6 +161,13 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
     const body = parseRelease(req.body);
     const r = await issuer.release(key, body.leaseId);
     if (!r.ok) {
+      record(req, key, {
+        type: 'release-not-owner',
+        reason: 'not-owner',
+        token: null,
+        highest: null,
+        owner: null,
+      });
       return refuse(reply, 'not-owner', 'this lease does not hold the lock', {
         lock: key,
         leaseId: body.leaseId,

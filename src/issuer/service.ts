@@ -39,6 +39,8 @@ export type IssuerAcquireResult =
        * lease's start, came no earlier. 0 for a replay (granted by an earlier request).
        */
       waitedMs: number;
+      /** The lapsed lease this grant took over (never released by its owner), or null. */
+      lapsed: { owner: string; token: FencingToken } | null;
     }
   | { ok: false; reason: 'held'; blockedBy: 'lease' | 'queue'; retryAfterMs: number }
   | { ok: false; reason: 'replay-ended'; leaseId: string; token: FencingToken }
@@ -115,7 +117,12 @@ export class Issuer {
   }
 
   private granted(
-    r: { lease: Lease; replayed: boolean; tookOverExpired: boolean },
+    r: {
+      lease: Lease;
+      replayed: boolean;
+      tookOverExpired: boolean;
+      lapsed: { owner: string; token: FencingToken } | null;
+    },
     waitedMs: number,
   ): IssuerAcquireResult {
     if (r.tookOverExpired) this.metrics.leasesExpired.inc();
@@ -124,6 +131,7 @@ export class Issuer {
       lease: r.lease,
       replayed: r.replayed,
       waitedMs: r.replayed ? 0 : Math.floor(waitedMs),
+      lapsed: r.lapsed,
     };
   }
 

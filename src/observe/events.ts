@@ -1,65 +1,203 @@
 /**
- * Fenced-write events: kept in a bounded in-memory ring (the recent log), streamed
- * to subscribers (the dashboard's live feed), and logged at a bounded rate.
+ * The event log: what the fence refused and what went wrong with leases, kept in a
+ * bounded in-memory ring (the recent log), streamed to subscribers (GET
+ * /v1/events/stream, the dashboard's live feed), and logged at a bounded rate.
+ * docs/events.md is the user-facing description.
+ *
+ * Ids grow by one per event recorded in this process (they restart with it), so an SSE
+ * client resumes with Last-Event-ID and a gap shows as a jump. The owner of a refused
+ * token is looked up after the decision (`owners`), never on the admission path: such an
+ * event is recorded (and gets its id) when the lookup answers, or fails, or times out.
  */
+// The reasons of a `fenced-write` event are the metric's: one list (metrics.ts).
+import { FENCED_REASONS } from './metrics.js';
+
+/** Each event type and the reasons it can carry (reasons are unique across types). */
+export const EVENT_REASONS = {
+  'fenced-write': FENCED_REASONS,
+  'drain-timeout': ['drain-timeout'],
+  'lease-expired': ['expired'],
+  'renew-failed': ['lease-lost'],
+  'release-not-owner': ['not-owner'],
+} as const;
+
+export type EventType = keyof typeof EVENT_REASONS;
+export type EventReason = (typeof EVENT_REASONS)[EventType][number];
+export const EVENT_TYPES = Object.keys(EVENT_REASONS) as EventType[];
+export const ALL_REASONS = EVENT_TYPES.flatMap((t) => [...EVENT_REASONS[t]]) as EventReason[];
+
 export interface FenceEvent {
-  /** ISO time the gateway decided. */
+  /** 1, 2, 3… in the order events were recorded by this process. */
+  id: number;
+  /** ISO time of the decision. */
   time: string;
-  route: string;
+  type: EventType;
+  reason: EventReason;
+  /** Policy route of a gateway event; null for the issuer's lease events. */
+  route: string | null;
   lock: string;
-  /** Presented token as a decimal string, or null when missing/malformed. */
+  /** Presented token as a decimal string (for lease-expired: the lapsed lease's), or null. */
   token: string | null;
-  /** Highest admitted token at decision time, as a decimal string, when known. */
+  /** Highest admitted token at decision time (lease-expired: the token that took over), or null. */
   highest: string | null;
-  reason: 'stale' | 'forged' | 'missing' | 'lease' | 'malformed' | 'unavailable';
-  /** False in shadow mode: the write was forwarded anyway. */
+  /** False in shadow mode: the write was forwarded anyway. Issuer events: true. */
   enforced: boolean;
+  /** Client address, as fastify saw it (request.ip). */
   client: string;
+  /** Who was granted `token`, when the store still remembers (docs/events.md), else null. */
   owner: string | null;
-  method: string;
-  path: string;
+  method: string | null;
+  path: string | null;
 }
 
+export type EventInput = Omit<FenceEvent, 'id'>;
+
+export type OwnerLookupFn = (lock: string, token: string) => Promise<string | null>;
+
 export interface EventLogOptions {
+  /** Events kept for GET /v1/events and SSE resumption. Default 10,000. */
   capacity?: number;
   /** At most this many log lines per second; the rest are counted and summarised. */
   logPerSecond?: number;
   log?: (event: FenceEvent | { suppressed: number }) => void;
+  /** Names the owner of a refused token (off the admission path; see owners.ts). */
+  owners?: OwnerLookupFn;
+  /** Events waiting for an owner lookup at most; past it they are recorded with owner null. */
+  maxAwaitingOwner?: number;
+}
+
+export interface EventFilter {
+  route?: string;
+  lock?: string;
+  types?: readonly EventType[];
+  reasons?: readonly EventReason[];
+  /** Only events with a larger id. */
+  afterId?: number;
+  /** Only events decided at or after this time (ms since the epoch). */
+  fromTime?: number;
+}
+
+export function matches(e: FenceEvent, f: EventFilter): boolean {
+  if (f.route !== undefined && e.route !== f.route) return false;
+  if (f.lock !== undefined && e.lock !== f.lock) return false;
+  if (f.types !== undefined && !f.types.includes(e.type)) return false;
+  if (f.reasons !== undefined && !f.reasons.includes(e.reason)) return false;
+  if (f.afterId !== undefined && e.id <= f.afterId) return false;
+  if (f.fromTime !== undefined && Date.parse(e.time) < f.fromTime) return false;
+  return true;
 }
 
 export class EventLog {
-  private readonly ring: FenceEvent[] = [];
+  /** A circular buffer: `start` is the oldest slot once the ring is full. */
+  private readonly ring: (FenceEvent | undefined)[];
+  private start = 0;
+  private size = 0;
   private readonly capacity: number;
   private readonly listeners = new Set<(e: FenceEvent) => void>();
   private readonly logPerSecond: number;
   private readonly log: EventLogOptions['log'];
+  private readonly owners: OwnerLookupFn | undefined;
+  private readonly maxAwaitingOwner: number;
+  private awaitingOwner = 0;
   private windowStart = 0;
   private windowCount = 0;
   private suppressed = 0;
+  /** Events recorded since start (= the last id given). */
   total = 0;
 
   constructor(options: EventLogOptions = {}) {
-    this.capacity = options.capacity ?? 1000;
+    this.capacity = Math.max(1, options.capacity ?? 10_000);
+    this.ring = new Array<FenceEvent | undefined>(this.capacity);
     this.logPerSecond = options.logPerSecond ?? 10;
     this.log = options.log;
+    this.owners = options.owners;
+    this.maxAwaitingOwner = options.maxAwaitingOwner ?? 10_000;
   }
 
-  record(event: FenceEvent): void {
-    this.total += 1;
-    this.ring.push(event);
-    if (this.ring.length > this.capacity) this.ring.shift();
-    for (const l of this.listeners) l(event);
-    this.rateLimitedLog(event);
+  /**
+   * Records an event. With an owner lookup, an event with a token and no owner is recorded
+   * once the lookup settles (the lookup bounds its own time); otherwise at once.
+   */
+  record(input: EventInput): void {
+    const lookup = this.owners;
+    if (
+      lookup === undefined ||
+      input.owner !== null ||
+      input.token === null ||
+      input.lock === '' ||
+      this.awaitingOwner >= this.maxAwaitingOwner
+    ) {
+      this.append(input);
+      return;
+    }
+    this.awaitingOwner += 1;
+    const token = input.token;
+    lookup(input.lock, token)
+      .catch(() => null)
+      .then((owner) => {
+        this.awaitingOwner -= 1;
+        this.append(owner === null ? input : { ...input, owner });
+      });
   }
 
-  /** Most recent first, at most `limit`. */
-  recent(limit = 100): FenceEvent[] {
-    return this.ring.slice(-limit).reverse();
+  /** Most recent first, at most `limit`, matching `filter`. */
+  recent(limit = 100, filter: EventFilter = {}): FenceEvent[] {
+    const out: FenceEvent[] = [];
+    for (let i = this.size - 1; i >= 0 && out.length < limit; i--) {
+      const e = this.at(i);
+      if (filter.afterId !== undefined && e.id <= filter.afterId) break; // ids only go down from here
+      if (matches(e, filter)) out.push(e);
+    }
+    return out;
+  }
+
+  /** Oldest first: the retained events with an id above `afterId` that match `filter`. */
+  after(afterId: number, filter: EventFilter = {}): FenceEvent[] {
+    const out: FenceEvent[] = [];
+    const firstId = this.oldestId;
+    if (firstId === null) return out;
+    for (let i = Math.max(0, afterId + 1 - firstId); i < this.size; i++) {
+      const e = this.at(i);
+      if (matches(e, filter)) out.push(e);
+    }
+    return out;
+  }
+
+  /** Id of the oldest event still in the ring, or null when it is empty. */
+  get oldestId(): number | null {
+    return this.size === 0 ? null : this.at(0).id;
+  }
+
+  /** Events in the ring (≤ capacity). */
+  get retained(): number {
+    return this.size;
+  }
+
+  get subscribers(): number {
+    return this.listeners.size;
   }
 
   subscribe(listener: (e: FenceEvent) => void): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
+  }
+
+  private at(i: number): FenceEvent {
+    return this.ring[(this.start + i) % this.capacity] as FenceEvent;
+  }
+
+  private append(input: EventInput): void {
+    this.total += 1;
+    const event: FenceEvent = { id: this.total, ...input };
+    if (this.size < this.capacity) {
+      this.ring[(this.start + this.size) % this.capacity] = event;
+      this.size += 1;
+    } else {
+      this.ring[this.start] = event;
+      this.start = (this.start + 1) % this.capacity;
+    }
+    for (const l of this.listeners) l(event);
+    this.rateLimitedLog(event);
   }
 
   private rateLimitedLog(event: FenceEvent): void {

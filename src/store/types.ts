@@ -48,6 +48,11 @@ export type AcquireResult =
       replayed: boolean;
       /** True when the grant replaced a lease that lapsed without being released. */
       tookOverExpired: boolean;
+      /**
+       * The lapsed lease this grant took over (its owner and token), when tookOverExpired;
+       * null otherwise (and for a replay).
+       */
+      lapsed: { owner: string; token: FencingToken } | null;
     }
   | {
       ok: false;
@@ -100,6 +105,31 @@ export interface LockState {
   waiters: number;
   /** Highest token the gateway admitted for this key, if any. */
   highest: FencingToken | null;
+}
+
+/** How many grants per key recentGrants() remembers (each store keeps at most this many). */
+export const GRANT_HISTORY = 16;
+
+export interface GrantRecord {
+  token: FencingToken;
+  owner: string;
+}
+
+export interface ListLocksQuery {
+  /** At most this many locks (1 … 1000). */
+  limit: number;
+  /** Only keys that start with this string ('' = all). */
+  prefix: string;
+  /** Only keys after this one (byte order): the last key of the previous page; null = from the start. */
+  after: string | null;
+}
+
+export interface LockPage {
+  locks: LockState[];
+  /** The key to pass as `after` for the next page; null when this page is the last. */
+  next: string | null;
+  /** The store clock when the page was read (ms), to turn expiresAt into time remaining. */
+  now: number;
 }
 
 export type FenceCheck = 'token' | 'lease';
@@ -193,8 +223,17 @@ export interface Store {
   enqueueWaiter(key: string, waiterId: string, waitMs: number): Promise<void>;
   /** Removes a waiter (gave up or timed out) and notifies watchers. */
   removeWaiter(key: string, waiterId: string): Promise<void>;
-  /** Keys with a live lease or queued waiters, for the dashboard's lock table (bounded). */
-  listLocks(limit: number): Promise<LockState[]>;
+  /**
+   * Keys with a live lease or live queued waiters, in byte order of the key, one page at
+   * a time (GET /v1/locks and the dashboard's lock table).
+   */
+  listLocks(query: ListLocksQuery): Promise<LockPage>;
+  /**
+   * Who was granted which token of `key`: the last GRANT_HISTORY grants, newest first
+   * (the current lease included). Older grants are forgotten; so is the owner of a token
+   * whose key's state was lost. Used to name the owner of a refused token in events.
+   */
+  recentGrants(key: string): Promise<GrantRecord[]>;
 
   // ---- fences (gateway) ----
   admit(req: AdmitRequest): Promise<AdmitResult>;

@@ -26,8 +26,15 @@ export function withKeyPrefix(inner: Store, prefix: string): Store {
     },
     enqueueWaiter: (key, waiterId, waitMs) => inner.enqueueWaiter(k(key), waiterId, waitMs),
     removeWaiter: (key, waiterId) => inner.removeWaiter(k(key), waiterId),
-    listLocks: async (limit) =>
-      (await inner.listLocks(limit)).filter((s) => s.key.startsWith(prefix)).map(state),
+    listLocks: async (query) => {
+      const page = await inner.listLocks({
+        ...query,
+        prefix: k(query.prefix),
+        after: query.after === null ? null : k(query.after),
+      });
+      return { ...page, locks: page.locks.map(state), next: page.next === null ? null : unk(page.next) };
+    },
+    recentGrants: (key) => inner.recentGrants(k(key)),
     admit: (req) => inner.admit({ ...req, lock: k(req.lock) }),
     finish: (lock, requestId) => inner.finish(k(lock), requestId),
     lowerInflight: (lock, token) => inner.lowerInflight(k(lock), token),

@@ -6,14 +6,18 @@
  */
 import { randomUUID } from 'node:crypto';
 import { StoreUnavailableError } from '../../src/errors.js';
+import { GRANT_HISTORY } from '../../src/store/types.js';
 import type {
   AcquireRequest,
   AcquireResult,
   AdmitRequest,
   AdmitResult,
   BeatResult,
+  GrantRecord,
   InflightState,
   Lease,
+  ListLocksQuery,
+  LockPage,
   LockState,
   ReleaseResult,
   RenewResult,
@@ -29,6 +33,8 @@ interface KeyState {
   highest: bigint | null;
   inflight: Map<string, { token: bigint; session: string }>;
   grants: Map<string, { owner: string; lease: Lease }>;
+  /** The last GRANT_HISTORY grants, newest first. */
+  owners: GrantRecord[];
 }
 
 export class MemoryStore implements Store {
@@ -47,7 +53,7 @@ export class MemoryStore implements Store {
       if (prior && prior.owner === req.owner) {
         const cur = s.lease;
         if (cur !== null && cur.leaseId === prior.lease.leaseId && cur.expiresAt > now)
-          return { ok: true, lease: { ...cur }, replayed: true, tookOverExpired: false };
+          return { ok: true, lease: { ...cur }, replayed: true, tookOverExpired: false, lapsed: null };
         return { ok: false, reason: 'replay-ended', leaseId: prior.lease.leaseId, token: prior.lease.token };
       }
     }
@@ -64,7 +70,8 @@ export class MemoryStore implements Store {
         retryAfterMs: Math.max(1, until),
       };
     }
-    const tookOverExpired = s.lease !== null;
+    const lapsed = s.lease === null ? null : { owner: s.lease.owner, token: s.lease.token };
+    const tookOverExpired = lapsed !== null;
     s.issued = (s.issued > this.floor ? s.issued : this.floor) + 1n;
     const lease: Lease = {
       key: req.key,
@@ -77,7 +84,8 @@ export class MemoryStore implements Store {
     s.lease = lease;
     if (req.waiterId !== undefined) s.waiters = s.waiters.filter((w) => w.id !== req.waiterId);
     if (req.requestId !== undefined) s.grants.set(req.requestId, { owner: req.owner, lease: { ...lease } });
-    return { ok: true, lease: { ...lease }, replayed: false, tookOverExpired };
+    s.owners = [{ token: lease.token, owner: lease.owner }, ...s.owners].slice(0, GRANT_HISTORY);
+    return { ok: true, lease: { ...lease }, replayed: false, tookOverExpired, lapsed };
   }
 
   async renew(key: string, leaseId: string, ttlMs: number): Promise<RenewResult> {
@@ -114,14 +122,26 @@ export class MemoryStore implements Store {
     this.notify(key);
   }
 
-  async listLocks(limit: number): Promise<LockState[]> {
+  async listLocks(query: ListLocksQuery): Promise<LockPage> {
     const now = this.clock();
-    return [...this.keys.entries()]
+    const found = [...this.keys.entries()]
       .filter(
-        ([, s]) => (s.lease !== null && s.lease.expiresAt > now) || s.waiters.some((w) => w.deadline > now),
+        ([k, s]) =>
+          k.startsWith(query.prefix) &&
+          (query.after === null || Buffer.compare(Buffer.from(k), Buffer.from(query.after)) > 0) &&
+          s.issued > 0n &&
+          ((s.lease !== null && s.lease.expiresAt > now) || s.waiters.some((w) => w.deadline > now)),
       )
-      .slice(0, limit)
+      .sort(([a], [b]) => Buffer.compare(Buffer.from(a), Buffer.from(b)))
+      .slice(0, query.limit + 1)
       .map(([k, s]) => this.describe(k, s));
+    const locks = found.slice(0, query.limit);
+    const next = found.length > query.limit ? (locks[locks.length - 1]?.key ?? null) : null;
+    return { locks, next, now };
+  }
+
+  async recentGrants(key: string): Promise<GrantRecord[]> {
+    return [...(this.keys.get(key)?.owners ?? [])];
   }
 
   async admit(req: AdmitRequest): Promise<AdmitResult> {
@@ -261,7 +281,15 @@ export class MemoryStore implements Store {
   private state(key: string): KeyState {
     let s = this.keys.get(key);
     if (s === undefined) {
-      s = { issued: 0n, lease: null, waiters: [], highest: null, inflight: new Map(), grants: new Map() };
+      s = {
+        issued: 0n,
+        lease: null,
+        waiters: [],
+        highest: null,
+        inflight: new Map(),
+        grants: new Map(),
+        owners: [],
+      };
       this.keys.set(key, s);
     }
     return s;

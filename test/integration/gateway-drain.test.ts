@@ -105,7 +105,13 @@ describe.each(GATEWAY_STORES)('drain barrier on $name store', (factory) => {
     const timeouts = await gw.metrics.drainTimeouts.get();
     expect(timeouts.values.find((v) => v.labels.route === 'order-writes')?.value).toBe(1);
     expect(upstream.hits).toHaveLength(1);
-    expect(gw.events.recent()[0]).toMatchObject({ reason: 'unavailable', lock: 'order:2', enforced: true });
+    expect(gw.events.recent()[0]).toMatchObject({
+      type: 'drain-timeout',
+      reason: 'drain-timeout',
+      lock: 'order:2',
+      token: String(b.token),
+      enforced: true,
+    });
     expect((await first).status).toBe(200);
     await until(async () => (await inflight(store, 'order:2')) === 0);
     expect([...store.finishes.values()]).toEqual([1, 1]);

@@ -98,7 +98,7 @@ describe('awkward keys on a real Redis', () => {
         token: tokens.get(key),
       });
     }
-    const listed = await t.store.listLocks(100);
+    const listed = (await t.store.listLocks({ limit: 100, prefix: '', after: null })).locks;
     expect(listed.map((l) => l.key).sort()).toEqual([...AWKWARD].sort());
     // every stored key has a non-empty tag that decodes to one of the locks
     for (const redisKey of await redisKeysUnder(t.url, t.prefix)) {

@@ -169,6 +169,7 @@ describe('the scripts', () => {
       ['cur[4]', 'lease expiresAt (ms)'],
       ['ttlMs', 'lease TTL (ms)'],
       ['ARGV[2]', 'waitMs'],
+      ['ARGV[8]', 'grants remembered in the owners field (a count)'],
       ['tail[2]', 'queue position (zset score)'],
     ]);
     const dir = new URL('../../src/store/redis/scripts/', import.meta.url);

@@ -82,7 +82,7 @@ describe('Redis down and back', () => {
       () => store.endSession('s', 0),
       () => store.enqueueWaiter('k', 'w', 1000),
       () => store.removeWaiter('k', 'w'),
-      () => store.listLocks(10),
+      () => store.listLocks({ limit: 10, prefix: '', after: null }),
       () => store.bumpEpoch(),
       () => store.now(),
       () => store.watch('other', () => undefined),

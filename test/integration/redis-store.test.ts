@@ -140,12 +140,12 @@ describe('listLocks', () => {
     const released = await grant('released');
     await store.release('released', released.leaseId);
     await sleep(150);
-    const all = await store.listLocks(100);
+    const all = (await store.listLocks({ limit: 100, prefix: '', after: null })).locks;
     expect(all.map((l) => l.key).sort()).toEqual(['live:1', 'live:2']);
     // 'queued' has waiters but no counter: inspect() is null for it, so it is not listed
     expect(await store.inspect('queued')).toBeNull();
-    expect(await store.listLocks(1)).toHaveLength(1);
-    expect(await store.listLocks(0)).toEqual([]);
+    expect((await store.listLocks({ limit: 1, prefix: '', after: null })).locks).toHaveLength(1);
+    expect((await store.listLocks({ limit: 0, prefix: '', after: null })).locks).toEqual([]);
     expect(lapsed.token).toBeGreaterThan(0n);
   });
 });

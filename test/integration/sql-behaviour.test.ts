@@ -167,9 +167,11 @@ describe.each(FIXTURES)('SQL store behaviour: $name', ({ open }) => {
       waiters: 0,
       highest: null,
     });
-    const listed = await store.listLocks(10_000);
+    const listed = (await store.listLocks({ limit: 1000, prefix: k(), after: null })).locks;
     expect(listed.find((l) => l.key === k())).toMatchObject({ held: true, token: a.token });
-    expect((await store.listLocks(1)).length).toBeLessThanOrEqual(1);
+    expect((await store.listLocks({ limit: 1, prefix: '', after: null })).locks.length).toBeLessThanOrEqual(
+      1,
+    );
     await store.release(k(), a.leaseId);
     expect(await store.inspect(k())).toMatchObject({
       held: false,
@@ -177,7 +179,9 @@ describe.each(FIXTURES)('SQL store behaviour: $name', ({ open }) => {
       leaseId: null,
       token: a.token,
     });
-    expect((await store.listLocks(10_000)).some((l) => l.key === k())).toBe(false);
+    expect(
+      (await store.listLocks({ limit: 1000, prefix: k(), after: null })).locks.some((l) => l.key === k()),
+    ).toBe(false);
   });
 
   it('admit: forged, stale, lease-expired, and the fence moves only when recorded', async () => {

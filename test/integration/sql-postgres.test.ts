@@ -168,7 +168,9 @@ describe('Postgres store', () => {
     expect(pruned.rows[0]).toEqual({ grants: 1, waiters: 1, inflight: 1 });
     expect((await store.inspect('f'))?.issued).toBe(g.lease.token);
     expect((await store.inspect('q2'))?.waiters ?? 0).toBe(0); // q2 was never issued: null
-    expect((await store.listLocks(100)).map((l) => l.key)).toEqual(['f']);
+    expect((await store.listLocks({ limit: 100, prefix: '', after: null })).locks.map((l) => l.key)).toEqual([
+      'f',
+    ]);
     expect((await store.lowerInflight('f', g.lease.token + 1n)).count).toBe(1);
     const again = await withPgClient(PG_URL, (c) => c.query(queriesFor(schema).prune, [100]));
     expect(again.rows[0]).toEqual({ grants: 0, waiters: 0, inflight: 0 });

@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Issuer } from '../../src/issuer/service.js';
 import { createMetrics } from '../../src/observe/metrics.js';
-import type { Lease, Store } from '../../src/store/types.js';
+import { GRANT_HISTORY, type Lease, type Store } from '../../src/store/types.js';
 import { MAX_TOKEN } from '../../src/tokens.js';
 import { STORE_FIXTURES, type Harness } from '../helpers/stores.js';
 
@@ -127,7 +127,7 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
     await sleep(250);
     expect(await h.store.renew(key, a.leaseId, 10_000)).toEqual({ ok: false, reason: 'lease-lost' });
     const b = await h.store.tryAcquire({ key, owner: 'bob', ttlMs: 10_000 });
-    expect(b).toMatchObject({ ok: true, tookOverExpired: true });
+    expect(b).toMatchObject({ ok: true, tookOverExpired: true, lapsed: { owner: 'alice', token: a.token } });
     if (!b.ok) return;
     expect(b.lease.token).toBeGreaterThan(a.token);
     expect(await h.store.renew(key, a.leaseId, 10_000)).toEqual({ ok: false, reason: 'lease-lost' });
@@ -278,8 +278,77 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
       issued: a.token,
       waiters: 1,
     });
-    const listed = await h.store.listLocks(100);
+    const listed = (await h.store.listLocks({ limit: 100, prefix: '', after: null })).locks;
     expect(listed.map((l) => l.key)).toContain('insp:1');
+  });
+
+  it('lists live locks a page at a time, in byte order, filtered by key prefix', async () => {
+    const held = ['t:a/1', 't:a/2', 't:a/3', 't:a/4', 't:a/5', 't:b/1', 't:a/é'];
+    for (const key of held) await grant(h.store, key, `owner-${key}`);
+    const waiting = 't:a/0';
+    await h.store.enqueueWaiter(waiting, randomUUID(), 10_000); // waiters but never issued: not listed
+    const released = await grant(h.store, 't:a/9');
+    await h.store.release('t:a/9', released.leaseId); // issued, no lease, no waiter: not listed
+    const seen: string[] = [];
+    let after: string | null = null;
+    let pages = 0;
+    do {
+      const page = await h.store.listLocks({ limit: 2, prefix: 't:a/', after });
+      expect(page.locks.length).toBeLessThanOrEqual(2);
+      expect(page.now).toBeGreaterThan(0);
+      for (const l of page.locks) {
+        expect(l).toMatchObject({ held: true, owner: `owner-${l.key}`, waiters: 0 });
+        expect(l.expiresAt).toBeGreaterThan(page.now);
+        seen.push(l.key);
+      }
+      after = page.next;
+      pages += 1;
+    } while (after !== null && pages < 10);
+    expect(seen).toEqual(['t:a/1', 't:a/2', 't:a/3', 't:a/4', 't:a/5', 't:a/é']);
+    expect(pages).toBe(3);
+    const all = await h.store.listLocks({ limit: 1000, prefix: 't:', after: null });
+    expect(all.locks.map((l) => l.key)).toEqual([
+      't:a/1',
+      't:a/2',
+      't:a/3',
+      't:a/4',
+      't:a/5',
+      't:a/é',
+      't:b/1',
+    ]);
+    expect(all.next).toBeNull();
+    // a glob character in the prefix is matched literally
+    await grant(h.store, 't:*x');
+    expect(
+      (await h.store.listLocks({ limit: 10, prefix: 't:*', after: null })).locks.map((l) => l.key),
+    ).toEqual(['t:*x']);
+    // a waiter on a key that has a token counts, and is listed with its waiters
+    const w = await grant(h.store, 't:c/1');
+    await h.store.release('t:c/1', w.leaseId);
+    await h.store.enqueueWaiter('t:c/1', randomUUID(), 10_000);
+    expect((await h.store.listLocks({ limit: 10, prefix: 't:c/', after: null })).locks).toMatchObject([
+      { key: 't:c/1', held: false, waiters: 1 },
+    ]);
+  });
+
+  it('remembers who was granted the last tokens of a key (recentGrants), and no more', async () => {
+    expect(await h.store.recentGrants('owners:1')).toEqual([]);
+    const tokens: bigint[] = [];
+    for (let i = 0; i < GRANT_HISTORY + 3; i++) {
+      const l = await grant(h.store, 'owners:1', `worker-${i}`);
+      tokens.push(l.token);
+      await h.store.release('owners:1', l.leaseId);
+    }
+    const recent = await h.store.recentGrants('owners:1');
+    expect(recent).toHaveLength(GRANT_HISTORY);
+    expect(recent[0]).toEqual({ token: tokens[tokens.length - 1], owner: `worker-${GRANT_HISTORY + 2}` });
+    expect(recent[GRANT_HISTORY - 1]).toEqual({ token: tokens[3], owner: 'worker-3' });
+    expect(recent.map((r) => r.token)).toEqual([...tokens].reverse().slice(0, GRANT_HISTORY));
+    expect(await h.store.recentGrants('owners:2')).toEqual([]);
+    const odd = await grant(h.store, 'owners:3', 'we%0Aird\nowner ü');
+    expect(await h.store.recentGrants('owners:3')).toEqual([
+      { token: odd.token, owner: 'we%0Aird\nowner ü' },
+    ]);
   });
 
   it('watch() delivers a release to a subscriber', async () => {

@@ -21,6 +21,7 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ProblemError } from '../../errors.js';
+import type { RecordRefusal } from '../refusal-log.js';
 import type { Metrics } from '../../observe/metrics.js';
 import type { CompiledPolicy, CompiledRoute, CompiledUpstream } from '../../policy/model.js';
 import type { PathPattern } from '../../policy/path-pattern.js';
@@ -120,4 +121,6 @@ export interface KindEnvironment {
   pool: UpstreamPool;
   /** Trust X-Forwarded-* from the peer. */
   trustProxy: boolean;
+  /** Counts and records a write the kind refused for its token (a fence kept in the resource). */
+  refused: RecordRefusal;
 }

@@ -2,7 +2,8 @@
  * Redis key layout. Every key of one lock carries the same hash tag, so one script can
  * touch them all in Redis Cluster:
  *
- *   <prefix>:{<tag>}:ctr       hash    issued, floor           (token strings)
+ *   <prefix>:{<tag>}:ctr       hash    issued, floor           (token strings),
+ *                                      owners: '<token> <owner>' lines of the last grants
  *   <prefix>:{<tag>}:lease     hash    leaseId, owner, token, expiresAt, ttlMs
  *   <prefix>:{<tag>}:fence     string  highest admitted token
  *   <prefix>:{<tag>}:inf       hash    requestId -> '<token> <gateway session>' (in flight)
@@ -71,6 +72,18 @@ export function lockKeys(prefix: string, key: string): LockKeys {
   };
 }
 
+const LINE_ESCAPES: Record<string, string> = { '%': '%25', '\n': '%0A' };
+
+/** An owner as written in the `owners` field of ctr: one line, `%` and newline escaped. */
+export function encodeOwnerLine(owner: string): string {
+  return owner.replace(/[%\n]/g, (c) => LINE_ESCAPES[c] ?? c);
+}
+
+/** Inverse of encodeOwnerLine. */
+export function decodeOwnerLine(line: string): string {
+  return line.replace(/%(25|0A)/g, (m) => (m === '%25' ? '%' : '\n'));
+}
+
 export function epochKey(prefix: string): string {
   return `${prefix}:epoch`;
 }
@@ -80,9 +93,18 @@ export function sessionsKey(prefix: string): string {
   return `${prefix}:gateways`;
 }
 
-/** SCAN patterns for keys that may have a live lease or live waiters. */
-export function scanPatterns(prefix: string): string[] {
-  return [`${prefix}:{*}:lease`, `${prefix}:{*}:waitq`];
+/** Escapes the glob characters of Redis MATCH patterns. */
+function globEscape(text: string): string {
+  return text.replace(/[\\*?[\]]/g, (c) => `\\${c}`);
+}
+
+/**
+ * SCAN patterns for keys that may have a live lease or live waiters, for lock keys that
+ * start with `keyPrefix` ('' = all).
+ */
+export function scanPatterns(prefix: string, keyPrefix = ''): string[] {
+  const tag = globEscape(encodeTag(keyPrefix));
+  return [`${prefix}:{${tag}*}:lease`, `${prefix}:{${tag}*}:waitq`];
 }
 
 /** The lock key of a `<prefix>:{tag}:lease|waitq` key, or null for anything else. */

@@ -70,7 +70,7 @@ export class ReplyReader {
 
 /** 'exhausted' when the token space of the key is used up. */
 export function parseAcquire(reply: unknown, key: string): AcquireResult | 'exhausted' {
-  const r = new ReplyReader(reply, 'fg_acquire_v2');
+  const r = new ReplyReader(reply, 'fg_acquire_v3');
   const status = r.str(0);
   if (status === 'held') {
     const blockedBy = r.str(2);
@@ -88,7 +88,11 @@ export function parseAcquire(reply: unknown, key: string): AcquireResult | 'exha
     expiresAt: r.int(4),
     ttlMs: r.int(5),
   };
-  return { ok: true, lease, replayed: r.flag(6), tookOverExpired: r.flag(7) };
+  const tookOverExpired = r.flag(7);
+  const lapsedOwner = r.str(8);
+  const lapsedToken = r.optToken(9);
+  const lapsed = tookOverExpired && lapsedToken !== null ? { owner: lapsedOwner, token: lapsedToken } : null;
+  return { ok: true, lease, replayed: r.flag(6), tookOverExpired, lapsed };
 }
 
 export function parseRenew(reply: unknown, key: string, leaseId: string): RenewResult {

@@ -13,7 +13,7 @@ import type { Redis } from 'ioredis';
 
 /** Script name -> [file, number of KEYS]. */
 export const SCRIPTS = {
-  fg_acquire_v2: ['acquire.lua', 5],
+  fg_acquire_v3: ['acquire.lua', 5],
   fg_renew_v1: ['renew.lua', 1],
   fg_release_v1: ['release.lua', 1],
   fg_enqueue_waiter_v1: ['enqueue_waiter.lua', 2],
@@ -34,7 +34,7 @@ export type ScriptName = keyof typeof SCRIPTS;
 
 /** The registered commands, typed: KEYS first, then ARGV, all strings; replies unparsed. */
 export interface FencegateCommands {
-  fg_acquire_v2(
+  fg_acquire_v3(
     ctr: string,
     lease: string,
     waitq: string,
@@ -47,6 +47,8 @@ export interface FencegateCommands {
     waiterId: string,
     reqTtlMs: string,
     channel: string,
+    history: string,
+    ownerLine: string,
   ): Promise<unknown>;
   fg_renew_v1(lease: string, leaseId: string, ttlMs: string): Promise<unknown>;
   fg_release_v1(lease: string, leaseId: string, channel: string): Promise<unknown>;

@@ -6,6 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { formatToken, parseToken, type FencingToken } from '../../tokens.js';
+import { GRANT_HISTORY, type GrantRecord, type ListLocksQuery, type LockPage } from '../types.js';
 import type {
   AcquireRequest,
   AcquireResult,
@@ -24,7 +25,16 @@ import type {
 import { namespaceProblem } from '../namespace.js';
 import { type Connection, connect, createConnection, unavailable } from './connection.js';
 import { type Durability, checkDurability } from './durability.js';
-import { epochKey, lockKeyOf, lockKeys, scanPatterns, sessionsKey, type LockKeys } from './keys.js';
+import {
+  decodeOwnerLine,
+  encodeOwnerLine,
+  epochKey,
+  lockKeyOf,
+  lockKeys,
+  scanPatterns,
+  sessionsKey,
+  type LockKeys,
+} from './keys.js';
 import {
   parseAcquire,
   parseAdmit,
@@ -128,7 +138,7 @@ class RedisStore implements Store {
     const reqTtl = withReq ? String(Math.max(Number(ttl), MIN_IDEMPOTENCY_MS)) : '';
     const result = await this.run('acquire', async () => {
       const epoch = await this.currentEpoch();
-      const reply = await this.redis.fg_acquire_v2(
+      const reply = await this.redis.fg_acquire_v3(
         k.ctr,
         k.lease,
         k.waitq,
@@ -141,6 +151,8 @@ class RedisStore implements Store {
         req.waiterId ?? '',
         reqTtl,
         k.channel,
+        String(GRANT_HISTORY),
+        encodeOwnerLine(req.owner),
       );
       return parseAcquire(reply, req.key);
     });
@@ -181,38 +193,62 @@ class RedisStore implements Store {
   }
 
   /**
-   * SCANs `<prefix>:{*}:lease` and `:waitq` (at most MAX_SCAN_PAGES pages each, so the
-   * cost is bounded on a large Redis), then inspects candidates in key order until
-   * `limit` locks with a live lease or live waiters are found.
+   * SCANs `<prefix>:{<keyPrefix>*}:lease` and `:waitq` (at most MAX_SCAN_PAGES pages
+   * each, so the cost is bounded on a large Redis), then inspects the candidates after
+   * `after` in byte order until `limit` (+1, to know whether a next page exists) locks
+   * with a live lease or live waiters are found. SCAN has no order, so every page scans
+   * again: paging is for the dashboard's lock table, not for bulk export.
    */
-  async listLocks(limit: number): Promise<LockState[]> {
-    if (!(limit > 0)) return [];
+  async listLocks(query: ListLocksQuery): Promise<LockPage> {
+    const limit = Math.min(Math.max(0, Math.trunc(query.limit)), 1000);
     return this.run('listLocks', async () => {
+      const now = await this.now();
+      if (limit === 0) return { locks: [], next: null, now };
       const candidates = new Set<string>();
-      for (const pattern of scanPatterns(this.prefix)) {
+      for (const pattern of scanPatterns(this.prefix, query.prefix)) {
         let cursor = '0';
         let pages = 0;
         do {
           const [next, found] = await this.redis.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT);
           for (const redisKey of found) {
             const lock = lockKeyOf(this.prefix, redisKey);
-            if (lock !== null) candidates.add(lock);
+            if (lock !== null && lock.startsWith(query.prefix)) candidates.add(lock);
           }
           cursor = next;
           pages += 1;
         } while (cursor !== '0' && pages < MAX_SCAN_PAGES);
       }
-      const sorted = [...candidates].sort();
-      const out: LockState[] = [];
+      const after = query.after === null ? null : Buffer.from(query.after);
+      const sorted = [...candidates]
+        .map((key) => ({ key, bytes: Buffer.from(key) }))
+        .filter((c) => after === null || Buffer.compare(c.bytes, after) > 0)
+        .sort((a, b) => Buffer.compare(a.bytes, b.bytes))
+        .map((c) => c.key);
+      const found: LockState[] = [];
       const batch = 50;
-      for (let i = 0; i < sorted.length && out.length < limit; i += batch) {
+      for (let i = 0; i < sorted.length && found.length <= limit; i += batch) {
         const states = await Promise.all(sorted.slice(i, i + batch).map((key) => this.inspect(key)));
         for (const s of states) {
-          if (s !== null && (s.held || s.waiters > 0) && out.length < limit) out.push(s);
+          if (s !== null && (s.held || s.waiters > 0) && found.length <= limit) found.push(s);
         }
       }
-      return out;
+      const locks = found.slice(0, limit);
+      const last = locks[locks.length - 1];
+      return { locks, next: found.length > limit && last !== undefined ? last.key : null, now };
     });
+  }
+
+  /** The `owners` field of the key's ctr hash (written by every grant, GRANT_HISTORY lines). */
+  async recentGrants(key: string): Promise<GrantRecord[]> {
+    const k = this.keys(key);
+    const field = await this.run('recentGrants', () => this.redis.hget(k.ctr, 'owners'));
+    const out: GrantRecord[] = [];
+    for (const line of (field ?? '').split('\n')) {
+      const space = line.indexOf(' ');
+      const p = parseToken(line.slice(0, Math.max(0, space)));
+      if (space > 0 && p.ok) out.push({ token: p.token, owner: decodeOwnerLine(line.slice(space + 1)) });
+    }
+    return out.slice(0, GRANT_HISTORY);
   }
 
   /**

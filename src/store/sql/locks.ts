@@ -4,7 +4,17 @@
  * Semantics are those documented in src/store/types.ts.
  */
 import { randomUUID } from 'node:crypto';
-import type { AcquireRequest, AcquireResult, LockState, ReleaseResult, RenewResult } from '../types.js';
+import {
+  GRANT_HISTORY,
+  type AcquireRequest,
+  type AcquireResult,
+  type GrantRecord,
+  type ListLocksQuery,
+  type LockPage,
+  type LockState,
+  type ReleaseResult,
+  type RenewResult,
+} from '../types.js';
 import { big, bigOrNull, maxBig, ms, msOrNull, one, type SqlContext } from './context.js';
 import type { AcquireContextRow, GrantRow, LockRow, RenewRow } from './queries.js';
 import { MAX_TOKEN } from '../../tokens.js';
@@ -33,6 +43,7 @@ function replayed(req: AcquireRequest, c: AcquireContextRow): AcquireResult | nu
     ok: true,
     replayed: true,
     tookOverExpired: false,
+    lapsed: null,
     lease: {
       key: req.key,
       owner: req.owner,
@@ -106,6 +117,7 @@ export function tryAcquire(ctx: SqlContext, req: AcquireRequest): Promise<Acquir
         tookOverExpired,
         keepUntil,
         ctx.channel,
+        GRANT_HISTORY,
       ]),
       'grant',
     );
@@ -113,6 +125,10 @@ export function tryAcquire(ctx: SqlContext, req: AcquireRequest): Promise<Acquir
       ok: true,
       replayed: false,
       tookOverExpired,
+      lapsed:
+        tookOverExpired && c.owner !== null && c.token !== null
+          ? { owner: c.owner, token: big(c.token) }
+          : null,
       lease: {
         key: req.key,
         owner: req.owner,
@@ -173,11 +189,23 @@ export async function inspect(ctx: SqlContext, key: string): Promise<LockState |
   return r === undefined ? null : lockState(r);
 }
 
-export async function listLocks(ctx: SqlContext, limit: number): Promise<LockState[]> {
-  const n = Math.min(wholeMs(limit), 10_000);
-  if (n === 0) return [];
-  const rows = await ctx.driver.query<LockRow>(ctx.q.list_locks, [n]);
-  return rows.map(lockState).filter((s): s is LockState => s !== null);
+export async function listLocks(ctx: SqlContext, query: ListLocksQuery): Promise<LockPage> {
+  const n = Math.min(wholeMs(query.limit), 1000);
+  const rows =
+    n === 0 ? [] : await ctx.driver.query<LockRow>(ctx.q.list_locks, [n + 1, query.prefix, query.after]);
+  const now =
+    rows[0] === undefined
+      ? ms(one(await ctx.driver.query<{ now: string }>(ctx.q.now), 'now').now)
+      : ms(rows[0].now);
+  const page = rows.slice(0, n);
+  const locks = page.map(lockState).filter((s): s is LockState => s !== null);
+  const last = page[page.length - 1];
+  return { locks, next: rows.length > n && last !== undefined ? last.key : null, now };
+}
+
+export async function recentGrants(ctx: SqlContext, key: string): Promise<GrantRecord[]> {
+  const rows = await ctx.driver.query<{ token: string; owner: string }>(ctx.q.recent_grants, [key]);
+  return rows.map((r) => ({ token: big(r.token), owner: r.owner }));
 }
 
 export function enqueueWaiter(ctx: SqlContext, key: string, waiterId: string, waitMs: number): Promise<void> {

@@ -66,9 +66,11 @@ SELECT n.now::text         AS now,
 -- the cleanup keeps pace with any grant rate (SKIP LOCKED: it never waits on another
 -- key). Notifies the key's watchers at commit, so the waiters behind the winner
 -- re-read the new lease's expiry.
+-- Records who got the token (grant_owners) and trims the key's older records to the
+-- last $11 grants.
 -- $1 key, $2 lease id, $3 owner, $4 ttl ms, $5 now, $6 request id (NULL: none),
 -- $7 waiter id (NULL: none), $8 took over a lapsed lease, $9 keep record until,
--- $10 channel
+-- $10 channel, $11 grants remembered per key (≥ 2)
 WITH minted AS (
   UPDATE {schema}.locks l
      SET issued     = greatest(coalesce(l.issued, l.floor), coalesce((SELECT e.floor FROM {schema}.epoch e), 0)) + 1,
@@ -100,6 +102,16 @@ WITH minted AS (
 ), dequeued AS (
   DELETE FROM {schema}.waiters
    WHERE key = $1::text AND (waiter_id = $7::text OR deadline <= $5::bigint)
+), owned AS (
+  INSERT INTO {schema}.grant_owners (key, token, owner)
+  SELECT $1::text, m.token, $3::text FROM minted m
+  ON CONFLICT (key, token) DO UPDATE SET owner = excluded.owner
+), forgotten AS (
+  -- Sees the rows before this statement: keeps the newest $11 - 1 and the one added above.
+  DELETE FROM {schema}.grant_owners
+   WHERE key = $1::text
+     AND token < (SELECT o.token FROM {schema}.grant_owners o WHERE o.key = $1::text
+                   ORDER BY o.token DESC OFFSET $11::int - 2 LIMIT 1)
 )
 SELECT m.token::text AS token, m.expires_at::text AS expires_at
   FROM minted m, (SELECT pg_notify($10::text, $1::text)) n;
@@ -141,7 +153,9 @@ SELECT n.now::text        AS now,
   JOIN {schema}.locks l ON l.key = $1::text;
 
 -- name: list_locks
--- Keys with a live lease or live waiters (and a token issued), in key order. $1 limit
+-- Keys with a live lease or live waiters (and a token issued), in byte order of the
+-- key (COLLATE "C", as the Redis store sorts), that start with $2 and come after $3.
+-- $1 limit, $2 prefix ('' = all), $3 after (NULL = from the start)
 WITH n AS (SELECT {schema}.now_ms() AS now),
 keys AS (
   SELECT l.key FROM {schema}.locks l, n WHERE l.lease_id IS NOT NULL AND l.expires_at > n.now
@@ -161,8 +175,17 @@ SELECT n.now::text        AS now,
   JOIN {schema}.locks l ON l.key = k.key
  CROSS JOIN n
  WHERE l.issued IS NOT NULL
- ORDER BY l.key
+   AND starts_with(l.key, $2::text)
+   AND ($3::text IS NULL OR l.key COLLATE "C" > $3::text COLLATE "C")
+ ORDER BY l.key COLLATE "C"
  LIMIT $1::int;
+
+-- name: recent_grants
+-- The key's remembered grants, newest first. $1 key
+SELECT token::text AS token, owner
+  FROM {schema}.grant_owners
+ WHERE key = $1::text
+ ORDER BY token DESC;
 
 -- name: enqueue_waiter
 -- Runs after ensure_key. A live waiter that enqueues again keeps its place; an

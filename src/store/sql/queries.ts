@@ -17,6 +17,7 @@ const QUERY_NAMES = [
   'release',
   'inspect',
   'list_locks',
+  'recent_grants',
   'enqueue_waiter',
   'remove_waiter',
   'admit_context',

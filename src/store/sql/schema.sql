@@ -117,3 +117,13 @@ CREATE TABLE IF NOT EXISTS {schema}.gateway_sessions (
   ttl_ms     bigint NOT NULL CHECK (ttl_ms > 0),
   started_at bigint NOT NULL
 );
+
+-- Who was granted which token: the last few grants of each key (GRANT_HISTORY in
+-- src/store/types.ts; the grant statement trims older rows of the key). Read only to
+-- name the owner of a refused token in events, never to decide anything.
+CREATE TABLE IF NOT EXISTS {schema}.grant_owners (
+  key        text   NOT NULL,
+  token      bigint NOT NULL,
+  owner      text   NOT NULL,
+  PRIMARY KEY (key, token)
+);

@@ -11,6 +11,9 @@ import type {
   AdmitRequest,
   AdmitResult,
   BeatResult,
+  GrantRecord,
+  ListLocksQuery,
+  LockPage,
   InflightState,
   LockState,
   ReleaseResult,
@@ -94,8 +97,12 @@ export class SqlStore implements Store {
     return locks.removeWaiter(this.ctx, key, waiterId);
   }
 
-  listLocks(limit: number): Promise<LockState[]> {
-    return locks.listLocks(this.ctx, limit);
+  listLocks(query: ListLocksQuery): Promise<LockPage> {
+    return locks.listLocks(this.ctx, query);
+  }
+
+  recentGrants(key: string): Promise<GrantRecord[]> {
+    return locks.recentGrants(this.ctx, key);
   }
 
   // ---- fences ----

@@ -145,6 +145,21 @@ class PostgresRuntime implements KindRuntime {
         );
     }
     const out = await this.rowsFor(route).execute(target, op);
+    if (!out.ok && out.problem.code === 'stale-token' && fence !== null) {
+      // The fence is kept in the database: the gateway learns of a stale token here.
+      const highest = out.problem.extra.highest;
+      this.env.refused(
+        request,
+        state,
+        {
+          reason: 'stale',
+          lock: fence.lock,
+          token: fence.token,
+          highest: typeof highest === 'string' ? highest : null,
+        },
+        true,
+      );
+    }
     if (!out.ok) return sendProblem(reply, out.problem);
     if (out.status === 204) return reply.code(204).send();
     return reply.code(200).type('application/json').send(JSON.stringify(out.body));

@@ -1,0 +1,417 @@
+// The fencegate ops dashboard. Plain browser JavaScript, no dependencies, no build step.
+//
+// Data: GET /v1/events (the backlog), then /v1/events/stream (Server-Sent Events; the
+// browser resumes with Last-Event-ID after a drop), GET /v1/locks (paged) and
+// GET /v1/status, polled. Every value is put into the page as text (textContent,
+// createElement): lock keys, paths and owners come from clients and are never parsed as
+// HTML. The events are kept in a bounded buffer (MAX_EVENTS); the chart is aggregated
+// from it by time bucket, the feed renders at most FEED_ROWS rows, and rendering is
+// batched (at most one redraw per RENDER_MS), so a flood of events keeps the page usable.
+'use strict';
+
+(() => {
+  const MAX_EVENTS = 10000;
+  const FEED_ROWS = 200;
+  const BUCKETS = 60;
+  const BUCKET_MS = 5000;
+  const SERIES = 6;
+  const RENDER_MS = 250;
+  const LOCKS_PAGE = 50;
+  const LOCKS_EVERY_MS = 2000;
+  const STATUS_EVERY_MS = 3000;
+  const WRITE_TYPES = ['fenced-write', 'drain-timeout'];
+  const REASONS = [
+    'stale',
+    'forged',
+    'missing',
+    'lease',
+    'malformed',
+    'unavailable',
+    'drain-timeout',
+    'expired',
+    'lease-lost',
+    'not-owner',
+  ];
+  const SVG = 'http://www.w3.org/2000/svg';
+
+  /** Events, oldest first; trimmed to MAX_EVENTS at each render. */
+  let events = [];
+  let lastId = 0;
+  let total = 0;
+  let renderTimer = null;
+  let gapNote = '';
+  const locks = { cursor: null, next: null, rows: [], fetchedAt: 0 };
+
+  const $ = (id) => document.getElementById(id);
+
+  /** An element with text children (strings become text nodes, never markup). */
+  function el(tag, className, ...children) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    for (const child of children) {
+      node.append(
+        child instanceof Node ? child : document.createTextNode(child == null ? '' : String(child)),
+      );
+    }
+    return node;
+  }
+
+  function svg(tag, attrs, text) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function row(cells, className) {
+    const tr = el('tr', className);
+    for (const c of cells) tr.append(c instanceof Node ? c : el('td', '', c));
+    return tr;
+  }
+
+  function replaceRows(tbody, rows) {
+    tbody.replaceChildren(...rows);
+  }
+
+  // ---- filters ----
+
+  function filters() {
+    return {
+      route: $('f-route').value,
+      lock: $('f-lock').value.trim(),
+      reason: $('f-reason').value,
+      group: $('f-group').value,
+    };
+  }
+
+  function matches(e, f) {
+    if (f.route && e.route !== f.route) return false;
+    if (f.reason && e.reason !== f.reason) return false;
+    if (f.lock) {
+      if (f.lock.endsWith('*')) {
+        if (!e.lock.startsWith(f.lock.slice(0, -1))) return false;
+      } else if (e.lock !== f.lock) return false;
+    }
+    return true;
+  }
+
+  // ---- rendering ----
+
+  function scheduleRender() {
+    if (renderTimer !== null) return;
+    renderTimer = setTimeout(() => {
+      renderTimer = null;
+      render();
+    }, RENDER_MS);
+  }
+
+  function render() {
+    if (events.length > MAX_EVENTS) events = events.slice(events.length - MAX_EVENTS);
+    const f = filters();
+    const shown = events.filter((e) => matches(e, f));
+    $('total').textContent = String(total);
+    $('buffered').textContent = String(events.length);
+    renderFeed(shown);
+    renderChart(
+      shown.filter((e) => WRITE_TYPES.includes(e.type)),
+      f.group,
+    );
+  }
+
+  function renderFeed(shown) {
+    const rows = [];
+    for (let i = shown.length - 1; i >= 0 && rows.length < FEED_ROWS; i--) {
+      const e = shown[i];
+      const cls = e.reason === 'stale' ? 'bad' : e.type === 'fenced-write' ? 'warn' : '';
+      const reason = el('td', cls, e.reason);
+      rows.push(
+        row([
+          el('td', 'num', e.id),
+          new Date(e.time).toLocaleTimeString(),
+          e.type + (e.enforced ? '' : ' (shadow)'),
+          reason,
+          e.route ?? '–',
+          e.lock,
+          el('td', 'num', e.token ?? '–'),
+          el('td', 'num', e.highest ?? '–'),
+          e.owner ?? '–',
+          e.client,
+          e.method ? `${e.method} ${e.path}` : '–',
+        ]),
+      );
+    }
+    replaceRows($('feed').tBodies[0], rows);
+    $('feed-caption').textContent =
+      `${Math.min(shown.length, FEED_ROWS)} newest of ${shown.length} matching${gapNote}`;
+  }
+
+  function topCounts(list, key, n) {
+    const counts = new Map();
+    for (const e of list) {
+      const k = key(e);
+      counts.set(k, (counts.get(k) || 0) + 1);
+    }
+    return [...counts.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, n);
+  }
+
+  function renderTops(writes) {
+    const top = (id, key) =>
+      replaceRows(
+        $(id).tBodies[0],
+        topCounts(writes, key, 8).map(([name, n]) => row([name, el('td', 'num', n)])),
+      );
+    top('top-routes', (e) => e.route ?? '(issuer)');
+    top('top-locks', (e) => e.lock);
+  }
+
+  function renderChart(writes, group) {
+    const chart = $('chart');
+    const width = Math.max(200, chart.clientWidth || 600);
+    const height = Math.max(120, chart.clientHeight || 220);
+    const end = Math.ceil(Date.now() / BUCKET_MS) * BUCKET_MS;
+    const start = end - BUCKETS * BUCKET_MS;
+    const keyOf = (e) => (group === 'lock' ? e.lock : (e.route ?? '(issuer)'));
+    const inWindow = writes.filter((e) => {
+      const t = Date.parse(e.time);
+      return t >= start && t < end;
+    });
+    const series = topCounts(inWindow, keyOf, SERIES).map(([name]) => name);
+    const index = new Map(series.map((name, i) => [name, i]));
+    const buckets = Array.from({ length: BUCKETS }, () => new Array(SERIES + 1).fill(0));
+    for (const e of inWindow) {
+      const b = Math.floor((Date.parse(e.time) - start) / BUCKET_MS);
+      const s = index.has(keyOf(e)) ? index.get(keyOf(e)) : SERIES;
+      buckets[b][s] += 1;
+    }
+    const peak = Math.max(1, ...buckets.map((b) => b.reduce((x, y) => x + y, 0)));
+    const left = 34;
+    const bottom = 18;
+    const plotH = height - bottom - 6;
+    const barW = (width - left) / BUCKETS;
+    const nodes = [
+      svg('line', { x1: left, y1: height - bottom, x2: width, y2: height - bottom, class: 'axis' }),
+      svg('text', { x: 2, y: 12 }, String(peak)),
+      svg('text', { x: 2, y: height - bottom }, '0'),
+      svg('text', { x: left, y: height - 4 }, `-${(BUCKETS * BUCKET_MS) / 60000} min`),
+      svg('text', { x: width - 24, y: height - 4 }, 'now'),
+    ];
+    buckets.forEach((counts, b) => {
+      let y = height - bottom;
+      counts.forEach((n, s) => {
+        if (n === 0) return;
+        const h = (n / peak) * plotH;
+        y -= h;
+        const rect = svg('rect', {
+          x: left + b * barW + 1,
+          y,
+          width: Math.max(1, barW - 2),
+          height: h,
+          class: `c${Math.min(s, SERIES)}`,
+          'data-count': n,
+        });
+        rect.append(svg('title', {}, `${s < series.length ? series[s] : 'other'}: ${n}`));
+        nodes.push(rect);
+      });
+    });
+    chart.setAttribute('viewBox', `0 0 ${width} ${height}`);
+    chart.replaceChildren(...nodes);
+    const legend = series.map((name, i) => el('span', '', el('span', `swatch c${i}`), name));
+    if (inWindow.length > 0 && buckets.some((b) => b[SERIES] > 0)) {
+      legend.push(el('span', '', el('span', `swatch c${SERIES}`), 'other'));
+    }
+    $('legend').replaceChildren(...legend);
+    $('chart-total').textContent = String(inWindow.length);
+    $('chart-caption').textContent =
+      `last ${(BUCKETS * BUCKET_MS) / 60000} minutes, ${BUCKET_MS / 1000} s buckets, by ${group}`;
+    renderTops(writes);
+  }
+
+  // ---- events: backlog, then the live stream ----
+
+  function accept(e) {
+    if (e.id <= lastId) return; // already have it (a replay after a reconnect)
+    lastId = e.id;
+    total = Math.max(total, e.id);
+    events.push(e);
+  }
+
+  async function loadBacklog() {
+    const res = await fetch(`/v1/events?limit=${MAX_EVENTS}`);
+    if (!res.ok) throw new Error(`GET /v1/events: ${res.status}`);
+    const body = await res.json();
+    total = body.total;
+    for (let i = body.events.length - 1; i >= 0; i--) accept(body.events[i]);
+    lastId = Math.max(lastId, body.total);
+  }
+
+  function follow() {
+    const source = new EventSource(`/v1/events/stream?since=${lastId}`);
+    source.onopen = () => setConn('live', 'pill-ok');
+    source.onerror = () => setConn('reconnecting…', 'pill-warn');
+    source.onmessage = (m) => {
+      accept(JSON.parse(m.data));
+      scheduleRender();
+    };
+    source.addEventListener('gap', (m) => {
+      const g = JSON.parse(m.data);
+      gapNote = g.restarted ? ' (the server restarted: ids started again)' : ' (some events were missed)';
+      if (g.restarted) {
+        events = [];
+        lastId = 0;
+      }
+      scheduleRender();
+    });
+  }
+
+  function setConn(text, cls) {
+    const pill = $('conn');
+    pill.textContent = text;
+    pill.className = `pill ${cls}`;
+  }
+
+  // ---- locks ----
+
+  function remaining(ms) {
+    if (ms === null) return '–';
+    if (ms <= 0) return 'expired';
+    return ms >= 10000 ? `${Math.round(ms / 1000)} s` : `${(ms / 1000).toFixed(1)} s`;
+  }
+
+  function renderLocks() {
+    const elapsed = Date.now() - locks.fetchedAt;
+    replaceRows(
+      $('locks').tBodies[0],
+      locks.rows.map((l) =>
+        row([
+          l.key,
+          l.owner ?? '–',
+          el('td', 'num', l.token),
+          el('td', 'num', l.highest ?? '–'),
+          el('td', 'num', remaining(l.leaseRemainingMs === null ? null : l.leaseRemainingMs - elapsed)),
+          el('td', 'num', l.waiters),
+        ]),
+      ),
+    );
+  }
+
+  async function loadLocks() {
+    const q = new URLSearchParams({ limit: String(LOCKS_PAGE) });
+    const prefix = $('l-prefix').value;
+    if (prefix) q.set('prefix', prefix);
+    if (locks.cursor) q.set('cursor', locks.cursor);
+    const res = await fetch(`/v1/locks?${q}`);
+    if (!res.ok) {
+      $('locks-caption').textContent = `(could not list: ${res.status})`;
+      return;
+    }
+    const body = await res.json();
+    locks.rows = body.locks;
+    locks.next = body.next;
+    locks.fetchedAt = Date.now();
+    $('l-next').disabled = body.next === null;
+    $('locks-caption').textContent =
+      `${body.locks.length} on this page${locks.cursor ? ' (not the first)' : ''}`;
+    renderLocks();
+  }
+
+  // ---- status ----
+
+  function breakerCell(state, kind) {
+    // The postgres kind runs each write as a database transaction: no HTTP circuit breaker.
+    if (state === null) return el('td', 'muted', kind === 'postgres' ? 'none (database)' : 'no breaker yet');
+    const cls = state === 'closed' ? 'ok' : state === 'open' ? 'bad' : 'warn';
+    return el('td', cls, `breaker ${state.replace('_', '-')}`);
+  }
+
+  async function loadStatus() {
+    const res = await fetch('/v1/status');
+    if (!res.ok) return;
+    const s = await res.json();
+    const pill = $('store-pill');
+    pill.textContent = `store ${s.store.kind}: ${s.store.ok ? 'ok' : 'DOWN'}`;
+    pill.className = `pill ${s.store.ok ? 'pill-ok' : 'pill-bad'}`;
+    const detail = el('td', 'muted', s.store.detail);
+    detail.colSpan = 2;
+    const rows = [
+      row([
+        `store (${s.store.kind})`,
+        el('td', s.store.ok ? 'ok' : 'bad', s.store.ok ? 'up' : 'down'),
+        breakerCell(s.store.breaker),
+      ]),
+      row(['', detail]),
+    ];
+    for (const u of s.upstreams) {
+      rows.push(row([`upstream ${u.name} (${u.kind})`, u.url, breakerCell(u.breaker, u.kind)]));
+    }
+    replaceRows($('health').tBodies[0], rows);
+    replaceRows(
+      $('routes').tBodies[0],
+      s.routes.map((r) =>
+        row([
+          r.name,
+          r.methods.join(' '),
+          r.path,
+          r.kind,
+          r.lock ?? '–',
+          r.fencing ? `${r.fencing.check}${r.fencing.enforce ? '' : ', shadow'}` : 'not fenced',
+        ]),
+      ),
+    );
+    const select = $('f-route');
+    const chosen = select.value;
+    const names = s.routes.filter((r) => r.lock !== null).map((r) => r.name);
+    const have = [...select.options].map((o) => o.value).slice(1);
+    if (names.join('\n') !== have.join('\n')) {
+      select.replaceChildren(el('option', '', 'all'), ...names.map((n) => el('option', '', n)));
+      select.options[0].value = '';
+      select.value = names.includes(chosen) ? chosen : '';
+    }
+  }
+
+  // ---- wiring ----
+
+  function every(ms, fn) {
+    const run = () => fn().catch(() => undefined);
+    void run();
+    setInterval(run, ms);
+  }
+
+  function start() {
+    const reasons = $('f-reason');
+    for (const r of REASONS) reasons.append(el('option', '', r));
+    for (const id of ['f-route', 'f-reason', 'f-group']) $(id).addEventListener('change', scheduleRender);
+    $('f-lock').addEventListener('input', scheduleRender);
+    $('f-clear').addEventListener('click', () => {
+      $('f-route').value = '';
+      $('f-reason').value = '';
+      $('f-lock').value = '';
+      scheduleRender();
+    });
+    $('l-prefix').addEventListener('input', () => {
+      locks.cursor = null;
+      void loadLocks();
+    });
+    $('l-first').addEventListener('click', () => {
+      locks.cursor = null;
+      void loadLocks();
+    });
+    $('l-next').addEventListener('click', () => {
+      if (locks.next === null) return;
+      locks.cursor = locks.next;
+      void loadLocks();
+    });
+    every(STATUS_EVERY_MS, loadStatus);
+    every(LOCKS_EVERY_MS, loadLocks);
+    setInterval(renderLocks, 1000);
+    setInterval(scheduleRender, BUCKET_MS); // the chart's window moves on
+    loadBacklog()
+      .catch(() => undefined)
+      .then(() => {
+        render();
+        follow();
+      });
+  }
+
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);
+  else start();
+})();

@@ -1,0 +1,50 @@
+/**
+ * How a refused fenced write is counted and recorded, in one place for the gateway's
+ * fence (fence.ts) and for kinds that judge the token inside the resource (the postgres
+ * kind's stale-token): the fenced-writes metric and an event in the event log.
+ */
+import type { FastifyRequest } from 'fastify';
+import type { EventLog } from '../observe/events.js';
+import type { FencedReason, Metrics } from '../observe/metrics.js';
+import type { FencingToken } from '../tokens.js';
+import type { GatewayRequestState } from './context.js';
+
+export interface RefusedWrite {
+  reason: FencedReason;
+  /** Lower-token writes did not leave the drain barrier in time (an ordering timeout). */
+  drainTimeout?: boolean;
+  lock: string;
+  token: FencingToken | string | null;
+  highest: FencingToken | string | null;
+}
+
+export type RecordRefusal = (
+  request: FastifyRequest,
+  state: GatewayRequestState,
+  refusal: RefusedWrite,
+  enforced: boolean,
+) => void;
+
+const text = (t: FencingToken | string | null): string | null =>
+  t === null ? null : typeof t === 'string' ? t : t.toString(10);
+
+export function refusalRecorder(metrics: Metrics, events: EventLog): RecordRefusal {
+  return (request, state, r, enforced) => {
+    const route = state.match.route.name;
+    metrics.fencedWrites.inc({ route, reason: r.reason, enforced: String(enforced) });
+    events.record({
+      time: new Date().toISOString(),
+      type: r.drainTimeout === true ? 'drain-timeout' : 'fenced-write',
+      reason: r.drainTimeout === true ? 'drain-timeout' : r.reason,
+      route,
+      lock: r.lock,
+      token: text(r.token),
+      highest: text(r.highest),
+      enforced,
+      client: request.ip,
+      owner: null,
+      method: request.method,
+      path: state.path,
+    });
+  };
+}

@@ -1,0 +1,35 @@
+/**
+ * The circuit breakers in force (the store's, on the gateway's request path, and one per
+ * upstream that has been used), for GET /v1/status and the dashboard. The gateway
+ * registers its breakers as it makes them; readers only see their current state.
+ */
+export type BreakerState = 'closed' | 'half_open' | 'open';
+
+type Read = () => BreakerState;
+
+export class BreakerBoard {
+  private storeRead: Read | null = null;
+  private readonly upstreams = new Map<string, Read>();
+
+  setStore(read: Read): void {
+    this.storeRead = read;
+  }
+
+  /** Registers (or replaces) an upstream's breaker; returns a function that removes it. */
+  setUpstream(name: string, read: Read): () => void {
+    this.upstreams.set(name, read);
+    return () => {
+      if (this.upstreams.get(name) === read) this.upstreams.delete(name);
+    };
+  }
+
+  /** The store breaker's state, or null when no gateway runs in this process. */
+  store(): BreakerState | null {
+    return this.storeRead?.() ?? null;
+  }
+
+  /** An upstream breaker's state, or null when it has no breaker (yet: made on first use). */
+  upstream(name: string): BreakerState | null {
+    return this.upstreams.get(name)?.() ?? null;
+  }
+}

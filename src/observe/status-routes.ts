@@ -1,0 +1,69 @@
+/**
+ * GET /v1/status: what the dashboard's health panel shows, in one small JSON: the
+ * store's health (as /readyz judges it) and its circuit breaker, each upstream with its
+ * kind and breaker state, the routes in force, and the event counters. docs/events.md.
+ */
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import type { PolicyHolder } from '../policy/index.js';
+import type { Store, StoreHealth } from '../store/types.js';
+import type { BreakerBoard } from './breakers.js';
+import type { EventLog } from './events.js';
+
+/** The store's health; a store that throws is reported unhealthy, never as an error. */
+export async function storeHealth(store: Store): Promise<StoreHealth> {
+  return store.health().catch((err: unknown) => ({
+    ok: false,
+    kind: store.kind,
+    detail: err instanceof Error ? err.message : String(err),
+    epoch: null,
+  }));
+}
+
+export function storeHealthJson(h: StoreHealth) {
+  return {
+    kind: h.kind,
+    ok: h.ok,
+    detail: h.detail,
+    epoch: h.epoch && { id: h.epoch.id, floor: h.epoch.floor.toString() },
+  };
+}
+
+export interface StatusRoutesOptions {
+  store: Store;
+  events: EventLog;
+  /** Null when this process serves no gateway (no routes, no breakers). */
+  policy: PolicyHolder | null;
+  breakers: BreakerBoard | null;
+}
+
+async function statusRoutes(app: FastifyInstance, opts: StatusRoutesOptions): Promise<void> {
+  app.get('/v1/status', async () => {
+    const health = await storeHealth(opts.store);
+    const policy = opts.policy?.current ?? null;
+    const upstreams = Object.values(policy?.upstreams ?? {}).map((u) => ({
+      name: u.name,
+      kind: u.kind,
+      url: u.url,
+      breaker: opts.breakers?.upstream(u.name) ?? null,
+    }));
+    const routes = (policy?.routes ?? []).map((r) => ({
+      name: r.name,
+      methods: r.methods,
+      path: r.path.source,
+      upstream: r.upstream.name,
+      kind: r.upstream.kind,
+      lock: r.lock?.source ?? null,
+      fencing: r.fencing && { check: r.fencing.check, enforce: r.fencing.enforce },
+    }));
+    return {
+      time: new Date().toISOString(),
+      store: { ...storeHealthJson(health), breaker: opts.breakers?.store() ?? null },
+      upstreams,
+      routes,
+      events: { total: opts.events.total, retained: opts.events.retained },
+    };
+  });
+}
+
+export default fp(statusRoutes, { name: 'fencegate-status', fastify: '5.x' });

@@ -1,0 +1,313 @@
+/**
+ * The ops dashboard in a real browser: headless Debian Chromium (/usr/bin/chromium,
+ * installed by .ci/run) driven by playwright-core, against the built CLI serving the
+ * sample upstream behind a fenced route. Stale writes made through the gateway must
+ * show on the open page (chart and feed) within two seconds, without a reload; the lock
+ * table shows the holder; a filter narrows the feed. The screenshot is saved as
+ * test-artifacts/dashboard.png (docs/dashboard.png is a copy of one).
+ */
+import { mkdirSync } from 'node:fs';
+import { rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort, ROOT, startFencegate, tempDir, type FencegateProcess } from '../helpers/procs.js';
+import { deleteRedisPrefix, REDIS_URL, uniqueName } from '../helpers/stores.js';
+
+// The functions passed to waitForFunction run in the page; this is the little of the DOM
+// they use (the project's TypeScript has no DOM library).
+interface PageElement {
+  textContent: string | null;
+  children: ArrayLike<PageElement> & Iterable<PageElement>;
+  getAttribute(name: string): string | null;
+}
+declare const document: {
+  getElementById(id: string): PageElement | null;
+  querySelector(selector: string): PageElement | null;
+  querySelectorAll(selector: string): ArrayLike<PageElement> & Iterable<PageElement>;
+};
+
+const CHROMIUM = '/usr/bin/chromium';
+const ARTIFACTS = join(ROOT, 'test-artifacts');
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+interface Lease {
+  leaseId: string;
+  token: string;
+}
+
+describe('the dashboard in headless Chromium', () => {
+  let fg: FencegateProcess;
+  let browser: Browser;
+  let page: Page;
+  let dir: string;
+  const namespace = uniqueName('fgdash');
+  const problems: string[] = [];
+
+  async function acquire(key: string, owner: string, ttlMs: number): Promise<Lease> {
+    const res = await fetch(`${fg.control}/v1/locks/${encodeURIComponent(key)}/acquire`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ owner, ttlMs }),
+    });
+    expect(res.status).toBe(200);
+    return (await res.json()) as Lease;
+  }
+
+  async function write(id: string, token: string): Promise<number> {
+    const res = await fetch(`${fg.data}/orders/${id}`, {
+      method: 'PUT',
+      headers: { 'content-type': 'application/json', 'fencing-token': token },
+      body: '{"status":"paid"}',
+    });
+    await res.arrayBuffer();
+    return res.status;
+  }
+
+  /** A lock taken over from a lapsed holder: returns [the lapsed lease, the current one]. */
+  async function takenOver(key: string, from: string, to: string): Promise<[Lease, Lease]> {
+    const old = await acquire(key, from, 200);
+    await sleep(350);
+    return [old, await acquire(key, to, 120_000)];
+  }
+
+  beforeAll(async () => {
+    dir = await tempDir('fg-dashboard-');
+    const samplePort = await freePort();
+    const policy = join(dir, 'orders.yaml');
+    await writeFile(
+      policy,
+      [
+        'version: 1',
+        'upstreams:',
+        '  orders:',
+        '    kind: http',
+        `    url: http://127.0.0.1:${samplePort}`,
+        'routes:',
+        '  - name: order-writes',
+        '    methods: [PUT, POST, DELETE]',
+        '    path: /orders/:orderId',
+        '    upstream: orders',
+        "    lock: 'order:{orderId}'",
+        '  - name: order-reads',
+        '    methods: [GET]',
+        '    path: /orders/*',
+        '    upstream: orders',
+        '',
+      ].join('\n'),
+    );
+    fg = await startFencegate(['--sample', `127.0.0.1:${samplePort}`, '--policies', policy], {
+      FENCEGATE_STORE: REDIS_URL,
+      FENCEGATE_STORE_NAMESPACE: namespace,
+      FENCEGATE_ALLOW_VOLATILE_REDIS: 'true',
+    });
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
+    });
+    page = await browser.newPage({ viewport: { width: 1400, height: 1200 } });
+    page.on('pageerror', (err) => problems.push(`page error: ${err.message}`));
+    page.on('console', (msg) => {
+      if (msg.type() === 'error') problems.push(`console: ${msg.text()}`);
+    });
+  }, 180_000);
+
+  afterAll(async () => {
+    await browser?.close();
+    await fg?.stop();
+    await rm(dir, { recursive: true, force: true });
+    await deleteRedisPrefix(REDIS_URL, namespace);
+  });
+
+  it('shows stale writes live (chart and feed), the lock holder, and narrows the feed by a filter', async () => {
+    await page.goto(`${fg.control}/dashboard`);
+    await page.waitForFunction(() => document.getElementById('conn')?.textContent === 'live', null, {
+      timeout: 10_000,
+    });
+    await page.waitForFunction(
+      () => (document.querySelector('#routes tbody')?.children.length ?? 0) >= 2,
+      null,
+      {
+        timeout: 10_000,
+      },
+    );
+
+    const [alice, bob] = await takenOver('order:7', 'alice', 'bob');
+    const [carol, dave] = await takenOver('order:8', 'carol', 'dave');
+    expect(await write('7', bob.token)).toBeLessThan(300);
+    expect(await write('8', dave.token)).toBeLessThan(300);
+    for (let i = 0; i < 3; i++) expect(await write('7', alice.token)).toBe(409);
+    expect(await write('8', carol.token)).toBe(409);
+
+    // On the page within two seconds, without a reload: four stale writes in the feed
+    // (with the owner of the presented token) and in the chart.
+    await page.waitForFunction(
+      ({ aliceToken }) => {
+        const rows = [...document.querySelectorAll('#feed tbody tr')].map((tr) =>
+          [...tr.children].map((td) => td.textContent),
+        );
+        const stale = rows.filter((r) => r[3] === 'stale');
+        const chart = [...document.querySelectorAll('#chart rect')].reduce(
+          (n, r) => n + Number(r.getAttribute('data-count') ?? 0),
+          0,
+        );
+        return (
+          stale.length >= 4 &&
+          stale.some((r) => r[5] === 'order:7' && r[6] === aliceToken && r[8] === 'alice') &&
+          stale.some((r) => r[5] === 'order:8' && r[8] === 'carol') &&
+          chart >= 4 &&
+          document.getElementById('chart-total')?.textContent === '4'
+        );
+      },
+      { aliceToken: alice.token },
+      { timeout: 2000 },
+    );
+    const topLocks = await page.locator('#top-locks tbody tr').allTextContents();
+    expect(topLocks[0]).toContain('order:7');
+
+    // The lock table: bob holds order:7 with his token, and the highest admitted is his.
+    await page.waitForFunction(
+      ({ token }) =>
+        [...document.querySelectorAll('#locks tbody tr')].some((tr) => {
+          const c = [...tr.children].map((td) => td.textContent);
+          return (
+            c[0] === 'order:7' && c[1] === 'bob' && c[2] === token && c[3] === token && /s$/.test(c[4] ?? '')
+          );
+        }),
+      { token: bob.token },
+      { timeout: 5000 },
+    );
+
+    // Health: the store is up, and the upstream's circuit (made on its first request) is closed.
+    await page.waitForFunction(
+      () =>
+        [...document.querySelectorAll('#health tbody tr')].some(
+          (tr) =>
+            tr.children[0]?.textContent === 'upstream orders (http)' &&
+            tr.children[2]?.textContent === 'breaker closed',
+        ),
+      null,
+      { timeout: 5000 },
+    );
+
+    // A filter narrows the feed to one lock.
+    await page.fill('#f-lock', 'order:8');
+    await page.waitForFunction(
+      () => {
+        const locks = [...document.querySelectorAll('#feed tbody tr')].map(
+          (tr) => tr.children[5]?.textContent,
+        );
+        return locks.length > 0 && locks.every((l) => l === 'order:8');
+      },
+      null,
+      { timeout: 2000 },
+    );
+    const narrowed = await page.locator('#feed tbody tr').count();
+    await page.selectOption('#f-reason', 'stale');
+    await page.waitForFunction(() => document.getElementById('chart-total')?.textContent === '1', null, {
+      timeout: 2000,
+    });
+    await page.fill('#f-lock', '');
+    await page.selectOption('#f-reason', '');
+    await page.waitForFunction((n) => document.querySelectorAll('#feed tbody tr').length > n, narrowed, {
+      timeout: 2000,
+    });
+
+    mkdirSync(ARTIFACTS, { recursive: true });
+    await page.screenshot({ path: join(ARTIFACTS, 'dashboard.png'), fullPage: true });
+    expect(problems).toEqual([]);
+  }, 60_000);
+
+  it('renders attacker-chosen lock keys and paths as text, never as markup', async () => {
+    const key = '<img src=x onerror=alert(1)>';
+    const l = await acquire(key, '<b>mallory</b>', 60_000);
+    const res = await fetch(`${fg.control}/v1/locks/${encodeURIComponent(key)}/release`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ leaseId: `${l.leaseId}-not-mine` }),
+    });
+    expect(res.status).toBe(409);
+    await page.waitForFunction(
+      (k) =>
+        [...document.querySelectorAll('#feed tbody tr')].some((tr) => tr.children[5]?.textContent === k) &&
+        [...document.querySelectorAll('#locks tbody tr')].some((tr) => tr.children[0]?.textContent === k),
+      key,
+      { timeout: 5000 },
+    );
+    expect(await page.locator('#feed img, #locks img, #feed b, #locks b').count()).toBe(0);
+    expect(problems).toEqual([]);
+  });
+
+  it('stays usable with 10,000 events and 1,000 locks: bounded rows, a paged lock table, filters that still answer', async () => {
+    const pool = async <T>(n: number, width: number, task: (i: number) => Promise<T>) => {
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: width }, async () => {
+          while (next < n) await task(next++);
+        }),
+      );
+    };
+    // 1,000 locks held (the keys sort after every other lock of this test).
+    await pool(1000, 25, async (i) => {
+      await acquire(`zz-load:${String(i).padStart(4, '0')}`, `holder-${i}`, 120_000);
+    });
+    // 10,000 stale writes on 20 locks, each with a lapsed holder.
+    const stale: string[] = [];
+    for (let l = 0; l < 20; l++) {
+      const [old, cur] = await takenOver(`order:${900 + l}`, `late-${l}`, `current-${l}`);
+      expect(await write(String(900 + l), cur.token)).toBeLessThan(300);
+      stale.push(old.token);
+    }
+    const before = Number(await page.locator('#total').textContent());
+    await pool(10_000, 25, async (i) => {
+      expect(await write(String(900 + (i % 20)), stale[i % 20] as string)).toBe(409);
+    });
+
+    await page.waitForFunction(
+      (want) => Number(document.getElementById('total')?.textContent) >= want,
+      before + 10_000,
+      { timeout: 30_000 },
+    );
+    expect(Number(await page.locator('#buffered').textContent())).toBeLessThanOrEqual(10_000);
+    expect(await page.locator('#feed tbody tr').count()).toBeLessThanOrEqual(200);
+
+    // A filter still narrows the feed promptly, to the right lock and owner.
+    await page.fill('#f-lock', 'order:905');
+    await page.waitForFunction(
+      () => {
+        const rows = [...document.querySelectorAll('#feed tbody tr')].map((tr) =>
+          [...tr.children].map((td) => td.textContent),
+        );
+        return rows.length > 0 && rows.every((r) => r[5] === 'order:905' && r[8] === 'late-5');
+      },
+      null,
+      { timeout: 2000 },
+    );
+    await page.fill('#f-lock', '');
+
+    // The lock table is paged: 50 rows, and the next page holds the next 50 keys.
+    await page.fill('#l-prefix', 'zz-load:');
+    await page.waitForFunction(
+      () => {
+        const keys = [...document.querySelectorAll('#locks tbody tr')].map(
+          (tr) => tr.children[0]?.textContent,
+        );
+        return keys.length === 50 && keys[0] === 'zz-load:0000' && keys[49] === 'zz-load:0049';
+      },
+      null,
+      { timeout: 5000 },
+    );
+    await page.click('#l-next');
+    await page.waitForFunction(
+      () => {
+        const rows = [...document.querySelectorAll('#locks tbody tr')].map((tr) =>
+          [...tr.children].map((td) => td.textContent),
+        );
+        return rows.length === 50 && rows[0]?.[0] === 'zz-load:0050' && rows[0]?.[1] === 'holder-50';
+      },
+      null,
+      { timeout: 5000 },
+    );
+    expect(problems).toEqual([]);
+  }, 180_000);
+});

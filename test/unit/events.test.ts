@@ -1,0 +1,178 @@
+import { describe, expect, it } from 'vitest';
+import { EventLog, type EventInput, type FenceEvent } from '../../src/observe/events.js';
+import { OwnerLookup } from '../../src/observe/owners.js';
+import type { GrantRecord } from '../../src/store/types.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function input(over: Partial<EventInput> = {}): EventInput {
+  return {
+    time: new Date().toISOString(),
+    type: 'fenced-write',
+    reason: 'stale',
+    route: 'order-writes',
+    lock: 'order:1',
+    token: '41',
+    highest: '42',
+    enforced: true,
+    client: '127.0.0.1',
+    owner: null,
+    method: 'PUT',
+    path: '/orders/1',
+    ...over,
+  };
+}
+
+async function until(cond: () => boolean, what: string, ms = 2000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(5);
+  }
+}
+
+describe('EventLog', () => {
+  it('keeps at most its capacity under 25,000 events, with ids 1, 2, 3… and the newest kept', () => {
+    const log = new EventLog({ capacity: 10_000 });
+    for (let i = 0; i < 25_000; i++) log.record(input({ lock: `order:${i % 100}` }));
+    expect(log.total).toBe(25_000);
+    expect(log.retained).toBe(10_000);
+    expect(log.oldestId).toBe(15_001);
+    const recent = log.recent(10_000);
+    expect(recent).toHaveLength(10_000);
+    expect(recent[0]?.id).toBe(25_000);
+    expect(recent[9_999]?.id).toBe(15_001);
+    expect(log.after(24_995).map((e) => e.id)).toEqual([24_996, 24_997, 24_998, 24_999, 25_000]);
+    expect(log.after(0)).toHaveLength(10_000); // what fell out of the ring is gone
+    expect(log.after(25_000)).toEqual([]);
+  });
+
+  it('filters by route, lock, type, reason, id and time', () => {
+    const log = new EventLog();
+    log.record(input({ route: 'a', lock: 'k1', reason: 'stale', time: '2026-01-01T00:00:00.000Z' }));
+    log.record(input({ route: 'b', lock: 'k2', reason: 'forged', time: '2026-01-01T00:00:01.000Z' }));
+    log.record(
+      input({
+        type: 'renew-failed',
+        reason: 'lease-lost',
+        route: null,
+        lock: 'k1',
+        token: null,
+        time: '2026-01-01T00:00:02.000Z',
+      }),
+    );
+    const ids = (f: Parameters<EventLog['recent']>[1]) => log.recent(100, f).map((e) => e.id);
+    expect(ids({})).toEqual([3, 2, 1]);
+    expect(ids({ route: 'a' })).toEqual([1]);
+    expect(ids({ lock: 'k1' })).toEqual([3, 1]);
+    expect(ids({ types: ['renew-failed'] })).toEqual([3]);
+    expect(ids({ reasons: ['stale', 'forged'] })).toEqual([2, 1]);
+    expect(ids({ afterId: 1 })).toEqual([3, 2]);
+    expect(ids({ fromTime: Date.parse('2026-01-01T00:00:01.000Z') })).toEqual([3, 2]);
+    expect(log.recent(1)).toHaveLength(1);
+  });
+
+  it('records an event once its owner is known, and still records it when the lookup fails', async () => {
+    const seen: FenceEvent[] = [];
+    let fail = false;
+    const log = new EventLog({
+      owners: async (lock, token) => {
+        await sleep(5);
+        if (fail) throw new Error('store down');
+        return lock === 'order:1' && token === '41' ? 'alice' : null;
+      },
+    });
+    log.subscribe((e) => seen.push(e));
+    log.record(input());
+    log.record(input({ token: null, reason: 'missing' })); // nothing to look up: at once
+    expect(seen.map((e) => e.reason)).toEqual(['missing']);
+    await until(() => seen.length === 2, 'the looked-up event');
+    expect(seen[1]).toMatchObject({ id: 2, owner: 'alice', token: '41' });
+    fail = true;
+    log.record(input());
+    await until(() => seen.length === 3, 'the event whose lookup failed');
+    expect(seen[2]).toMatchObject({ id: 3, owner: null });
+  });
+
+  it('stops waiting for owners past maxAwaitingOwner: events are recorded at once, owner null', () => {
+    const log = new EventLog({ owners: () => new Promise(() => undefined), maxAwaitingOwner: 3 });
+    for (let i = 0; i < 10; i++) log.record(input());
+    expect(log.total).toBe(7);
+    expect(log.recent(10).every((e) => e.owner === null)).toBe(true);
+  });
+
+  it('logs at most logPerSecond events a second and summarises the rest', () => {
+    const lines: unknown[] = [];
+    const log = new EventLog({ logPerSecond: 3, log: (l) => lines.push(l) });
+    for (let i = 0; i < 50; i++) log.record(input());
+    expect(lines).toHaveLength(3);
+    expect(log.total).toBe(50);
+  });
+});
+
+describe('OwnerLookup', () => {
+  class Source {
+    reads = 0;
+    fail = false;
+    delayMs = 5;
+    grants = new Map<string, GrantRecord[]>();
+    async recentGrants(key: string): Promise<GrantRecord[]> {
+      this.reads += 1;
+      await sleep(this.delayMs);
+      if (this.fail) throw new Error('down');
+      return this.grants.get(key) ?? [];
+    }
+  }
+
+  it('coalesces a flood of lookups for one lock into one read, and caches owners', async () => {
+    const src = new Source();
+    src.grants.set('order:1', [
+      { token: 42n, owner: 'bob' },
+      { token: 41n, owner: 'alice' },
+    ]);
+    const lookup = new OwnerLookup(src);
+    const answers = await Promise.all(Array.from({ length: 1000 }, () => lookup.owner('order:1', '41')));
+    expect(new Set(answers)).toEqual(new Set(['alice']));
+    expect(src.reads).toBe(1);
+    expect(await lookup.owner('order:1', '42')).toBe('bob');
+    expect(await lookup.owner('order:1', '7')).toBeNull(); // unknown, but read just now
+    expect(src.reads).toBe(1);
+  });
+
+  it('answers null when the store fails or is slow, and reads again later', async () => {
+    const src = new Source();
+    src.fail = true;
+    const lookup = new OwnerLookup(src, { refreshMs: 0, timeoutMs: 50 });
+    expect(await lookup.owner('k', '1')).toBeNull();
+    src.fail = false;
+    src.delayMs = 500;
+    expect(await lookup.owner('k', '1')).toBeNull(); // timed out
+    src.delayMs = 1;
+    src.grants.set('k', [{ token: 1n, owner: 'w1' }]);
+    expect(await lookup.owner('k', '1')).toBe('w1');
+  });
+
+  it('bounds the reads in flight and queued: past the bound the answer is null without a read', async () => {
+    const src = new Source();
+    src.delayMs = 50;
+    const lookup = new OwnerLookup(src, { maxConcurrent: 2, maxQueued: 3 });
+    const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => lookup.owner(`lock:${i}`, '1')));
+    expect(answers.every((a) => a === null)).toBe(true);
+    expect(src.reads).toBe(5);
+  });
+
+  it('caches at most maxLocks locks', async () => {
+    const src = new Source();
+    src.delayMs = 0;
+    const lookup = new OwnerLookup(src, { maxLocks: 2, refreshMs: 60_000 });
+    await lookup.owner('a', '1');
+    await lookup.owner('b', '1');
+    await lookup.owner('c', '1'); // drops a
+    expect(src.reads).toBe(3);
+    await lookup.owner('c', '1');
+    await lookup.owner('b', '1');
+    expect(src.reads).toBe(3);
+    await lookup.owner('a', '1');
+    expect(src.reads).toBe(4);
+  });
+});
