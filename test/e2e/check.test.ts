@@ -40,7 +40,7 @@ describe('fencegate check', () => {
       'an unknown (misspelled) field',
       'unknown-field.yaml',
       [
-        `${F}/unknown-field.yaml:11:5: routes[0].lokc: unknown field (allowed: name, methods, path, upstream, lock, fencing, upload, table, key, columns)`,
+        `${F}/unknown-field.yaml:11:5: routes[0].lokc: unknown field (allowed: name, methods, path, upstream, lock, fencing, upload, params, shadows, table, key, columns)`,
       ],
     ],
     [
