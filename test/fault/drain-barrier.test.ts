@@ -49,6 +49,13 @@ async function policyFor(upstreamUrl: string) {
   ]);
 }
 
+/** The highest token admitted for `lock`, as the control API reports it (null: none yet). */
+async function highest(control: string, lock: string): Promise<string | null> {
+  const res = await fetch(`${control}/v1/locks/${encodeURIComponent(lock)}`);
+  if (res.status !== 200) return null;
+  return ((await res.json()) as { highest: string | null }).highest;
+}
+
 interface Run {
   history: HistoryRecorder;
   lock: string;
@@ -231,6 +238,9 @@ describe.each(['redis', 'postgres'] as const)(
         writer: `a-${run.tag}`,
         requestId: req1,
       });
+      // T1 is admitted (it waits in undici's queue after that) before the lock changes hands;
+      // with gateway 1 busy with the fillers, admission can take longer than a's short lease.
+      await until('T1 admitted at gateway 1', async () => (await highest(g1.control, run.lock)) === o.a);
       const b = await o.takeOver();
       const t2 = writeUntilForwarded(run, g2.data, b, `b-${run.tag}`);
       await sleep(1500);
