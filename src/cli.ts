@@ -17,6 +17,7 @@ Usage:
   fencegate serve [options]      run the issuer, gateway and control API
   fencegate check PATH...        validate policy files or directories; exit 1 on errors
   fencegate epoch bump --store S start a new token epoch (after restoring a store backup)
+  fencegate keys init|add|promote|prune FILE   make or rotate a sequencer key file (docs/security.md)
   fencegate --help | --version
 
 serve options (environment variable in brackets):
@@ -32,6 +33,9 @@ serve options (environment variable in brackets):
   --store-reset-timeout-ms N           how long the store's open circuit refuses fenced writes [FENCEGATE_STORE_RESET_TIMEOUT_MS] (default 5000)
   --session-ttl-ms N                   how long other gateways wait on this one's silent session before dropping
                                        its in-flight writes at the drain barrier [FENCEGATE_SESSION_TTL_MS] (default 6000)
+  --sequencer-keys FILE                sequencer key file, the same for every process on the store
+                                       [FENCEGATE_SEQUENCER_KEYS] (default: <dir>/sequencer-keys.json on the
+                                       embedded store, none on Postgres/Redis)
   --log-level LEVEL                    fatal|error|warn|info|debug [FENCEGATE_LOG_LEVEL] (default info)
 Port 0 picks a free port; the addresses actually bound are printed at start.
 `;
@@ -59,11 +63,19 @@ export async function main(argv: string[]): Promise<number> {
         return await check(rest);
       case 'epoch':
         return await epoch(rest);
+      case 'keys': {
+        const { keysCommand } = await import('./sequencer/cli.js');
+        return await keysCommand(rest, (line) => process.stdout.write(`${line}\n`));
+      }
       default:
         return fail(`unknown command "${command}"; see fencegate --help`);
     }
   } catch (err) {
     if (err instanceof ConfigError || (err instanceof TypeError && 'code' in err)) return fail(err.message);
+    if (err instanceof Error && ['SequencerKeyError', 'TypeError'].includes(err.name) && command === 'keys')
+      return fail(err.message);
+    if (command === 'keys' && (err as NodeJS.ErrnoException).code === 'EEXIST')
+      return fail('the key file exists already; init never overwrites keys');
     throw err;
   }
 }
@@ -85,6 +97,7 @@ async function serve(args: string[]): Promise<number> {
       'store-timeout-ms': { type: 'string' },
       'store-reset-timeout-ms': { type: 'string' },
       'session-ttl-ms': { type: 'string' },
+      'sequencer-keys': { type: 'string' },
       'log-level': { type: 'string' },
     },
   });
@@ -100,6 +113,7 @@ async function serve(args: string[]): Promise<number> {
     storeTimeoutMs: values['store-timeout-ms'],
     storeResetTimeoutMs: values['store-reset-timeout-ms'],
     sessionTtlMs: values['session-ttl-ms'],
+    sequencerKeys: values['sequencer-keys'],
     logLevel: values['log-level'],
   };
   for (const k of Object.keys(flags) as (keyof RawSettings)[]) if (flags[k] === undefined) delete flags[k];
@@ -128,6 +142,7 @@ async function serve(args: string[]): Promise<number> {
     const onInt = () => stop('SIGINT');
     const onHup = () => {
       void server.policy.reload().then((r) => say(`SIGHUP: ${describeReload(r)}`));
+      void server.sequencerKeys?.reload();
     };
     process.on('SIGTERM', onTerm);
     process.on('SIGINT', onInt);

@@ -34,6 +34,11 @@ export interface ServeConfig {
   storeResetTimeoutMs: number;
   /** How long other gateways wait on this one's silent session before dropping its in-flight writes. */
   sessionTtlMs: number;
+  /**
+   * Sequencer key file (JSON; fencegate keys init). Null: the embedded store's
+   * `<dir>/sequencer-keys.json` (made on first start); no sequencers on other stores.
+   */
+  sequencerKeys: string | null;
   logLevel: string;
 }
 
@@ -52,6 +57,7 @@ export const DEFAULTS: ServeConfig = Object.freeze({
   storeTimeoutMs: 2_000,
   storeResetTimeoutMs: 5_000,
   sessionTtlMs: 6_000,
+  sequencerKeys: null,
   logLevel: 'info',
 });
 
@@ -102,6 +108,7 @@ const KEYS: Record<keyof ServeConfig, 'string' | 'name' | 'hostport' | 'bool' | 
   storeTimeoutMs: 'int',
   storeResetTimeoutMs: 'int',
   sessionTtlMs: 'int',
+  sequencerKeys: 'string',
   logLevel: 'string',
 };
 
@@ -116,6 +123,7 @@ export const ENV_VARS: Partial<Record<keyof ServeConfig, string>> = {
   storeTimeoutMs: 'FENCEGATE_STORE_TIMEOUT_MS',
   storeResetTimeoutMs: 'FENCEGATE_STORE_RESET_TIMEOUT_MS',
   sessionTtlMs: 'FENCEGATE_SESSION_TTL_MS',
+  sequencerKeys: 'FENCEGATE_SEQUENCER_KEYS',
   logLevel: 'FENCEGATE_LOG_LEVEL',
 };
 

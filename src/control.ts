@@ -9,6 +9,8 @@ import type { Issuer } from './issuer/service.js';
 import issuerRoutes from './issuer/routes.js';
 import type { EventLog } from './observe/events.js';
 import type { Metrics } from './observe/metrics.js';
+import type { SequencerIssuer } from './sequencer/index.js';
+import keysRoutes from './sequencer/routes.js';
 import type { Store } from './store/types.js';
 
 export async function buildControl(opts: {
@@ -18,6 +20,8 @@ export async function buildControl(opts: {
   events: EventLog;
   defaultTtlMs: number;
   logLevel: string;
+  /** Sequencer signing and the published keys (GET /v1/keys); null: sequencers off. */
+  sequencers?: SequencerIssuer | null;
 }): Promise<FastifyInstance> {
   const app = Fastify({
     logger: { level: opts.logLevel },
@@ -28,7 +32,12 @@ export async function buildControl(opts: {
     frameworkErrors: (error, request, reply) => errorHandler(error, request, reply),
   });
   installProblemHandlers(app, 'not-found');
-  await app.register(issuerRoutes, { issuer: opts.issuer, defaultTtlMs: opts.defaultTtlMs });
+  await app.register(issuerRoutes, {
+    issuer: opts.issuer,
+    defaultTtlMs: opts.defaultTtlMs,
+    sequencers: opts.sequencers,
+  });
+  await app.register(keysRoutes, { keys: opts.sequencers?.keys ?? null });
   app.get('/healthz', async () => ({ ok: true }));
   app.get('/readyz', async (_req, reply) => {
     const h = await opts.store.health().catch((err: unknown) => ({

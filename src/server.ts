@@ -15,6 +15,8 @@ import { createGateway } from './gateway/index.js';
 import { PolicyHolder, formatPolicyError } from './policy/index.js';
 import type { ReloadResult } from './policy/index.js';
 import { startSampleUpstream } from './sample/index.js';
+import { SequencerIssuer, type KeyRing } from './sequencer/index.js';
+import { openSequencerKeys } from './sequencer/setup.js';
 
 export interface RunningServer {
   data: string;
@@ -23,6 +25,8 @@ export interface RunningServer {
   store: Store;
   metrics: Metrics;
   policy: PolicyHolder;
+  /** The sequencer key file this process follows (null: sequencers off). */
+  sequencerKeys: KeyRing | null;
   close(): Promise<void>;
 }
 
@@ -49,6 +53,11 @@ export async function startServer(
   });
   const closers: (() => Promise<unknown>)[] = [() => store.close()];
   try {
+    const sequencerKeys = await openSequencerKeys(config.sequencerKeys, config.store, log);
+    if (sequencerKeys !== null) {
+      sequencerKeys.watch();
+      closers.unshift(async () => sequencerKeys.close());
+    }
     const metrics = createMetrics();
     const events = new EventLog({ log: (e) => log(`fenced ${JSON.stringify(e)}`) });
     const issuer = new Issuer(store, metrics, {
@@ -69,6 +78,7 @@ export async function startServer(
       events,
       defaultTtlMs: config.defaultTtlMs,
       logLevel: config.logLevel,
+      sequencers: sequencerKeys === null ? null : new SequencerIssuer(sequencerKeys, store),
     });
     closers.unshift(async () => {
       issuer.shutdown();
@@ -82,6 +92,7 @@ export async function startServer(
       logLevel: config.logLevel,
       storeBreaker: { timeoutMs: config.storeTimeoutMs, resetTimeoutMs: config.storeResetTimeoutMs },
       session: { ttlMs: config.sessionTtlMs },
+      sequencerKeys,
     });
     closers.unshift(() => gateway.close());
     await control.listen({ host: config.control.host, port: config.control.port });
@@ -96,6 +107,7 @@ export async function startServer(
       store,
       metrics,
       policy,
+      sequencerKeys,
       close: () => runClosers(closers),
     };
   } catch (err) {

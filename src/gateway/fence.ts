@@ -19,6 +19,7 @@ import type { SessionObserver } from './observer.js';
 import { sendProblem } from '../http/problems.js';
 import { sessionLapsed, type GatewaySessions, type SessionLease } from './session.js';
 import type { StoreGuard } from './store-guard.js';
+import type { SequencerVerifier } from '../sequencer/index.js';
 import { Readable } from 'node:stream';
 import { readBoundedBody } from '../http/body.js';
 import { sendContinue } from '../http/continue.js';
@@ -31,6 +32,8 @@ export interface FenceOptions {
   observer: SessionObserver;
   metrics: Metrics;
   events: EventLog;
+  /** Verifies `Fencing-Sequencer` on `check: sequencer` routes; null: no keys, every sequencer refused. */
+  sequencers: SequencerVerifier | null;
 }
 
 interface Refusal {
@@ -42,7 +45,7 @@ interface Refusal {
 }
 
 async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
-  const { guard, sessions, observer, metrics, events } = opts;
+  const { guard, sessions, observer, metrics, events, sequencers } = opts;
 
   function record(request: FastifyRequest, state: GatewayRequestState, r: Refusal, enforced: boolean): void {
     const route = state.match.route.name;
@@ -189,6 +192,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
         requestId: request.id,
         session: lease?.id ?? '',
         guard,
+        sequencers,
         noSession: recording && lease === null,
       });
       if (!verdict.ok) {

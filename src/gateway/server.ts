@@ -9,6 +9,7 @@ import type { EventLog } from '../observe/events.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { PolicyHolder } from '../policy/index.js';
 import type { Store } from '../store/types.js';
+import { SequencerVerifier, type KeyRing } from '../sequencer/index.js';
 import { deferContinue } from '../http/continue.js';
 import { fencePlugin } from './fence.js';
 import { SessionObserver } from './observer.js';
@@ -33,6 +34,8 @@ export interface GatewayOptions {
   storeBreaker?: StoreGuardOptions;
   /** This process's gateway session (docs/adr/0005-gateway-sessions.md). */
   session?: SessionSettings;
+  /** The issuer's sequencer keys (`check: sequencer` routes); null or absent: every sequencer is refused. */
+  sequencerKeys?: KeyRing | null;
 }
 
 export async function createGateway(opts: GatewayOptions): Promise<FastifyInstance> {
@@ -79,7 +82,19 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   });
 
   await app.register(routingPlugin, { policy: opts.policy });
-  await app.register(fencePlugin, { guard, sessions, observer, metrics: opts.metrics, events: opts.events });
+  // Sequencer expiry is judged on the store's clock, estimated from the session's beats.
+  const sequencers =
+    opts.sequencerKeys == null
+      ? null
+      : new SequencerVerifier(opts.sequencerKeys, () => sessions.storeTime() ?? Date.now());
+  await app.register(fencePlugin, {
+    guard,
+    sessions,
+    observer,
+    metrics: opts.metrics,
+    events: opts.events,
+    sequencers,
+  });
   await app.register(servePlugin, {
     policy: opts.policy,
     env: { log: app.log, metrics: opts.metrics, pool, trustProxy },

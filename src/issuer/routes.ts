@@ -6,6 +6,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { ProblemError } from '../errors.js';
 import { refuse } from '../http/problems.js';
+import type { SequencerIssuer } from '../sequencer/index.js';
 import type { Lease, LockState } from '../store/types.js';
 import type { Issuer } from './service.js';
 import { parseAcquire, parseRelease, parseRenew, validKey } from './validate.js';
@@ -13,6 +14,8 @@ import { parseAcquire, parseRelease, parseRenew, validKey } from './validate.js'
 export interface IssuerRoutesOptions {
   issuer: Issuer;
   defaultTtlMs?: number;
+  /** Signs a sequencer into every acquire and renew answer (absent: answers carry none). */
+  sequencers?: SequencerIssuer | null;
 }
 
 type KeyParams = { key: string };
@@ -46,6 +49,9 @@ export function lockJson(s: LockState) {
 async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Promise<void> {
   const { issuer } = opts;
   const defaultTtl = opts.defaultTtlMs ?? 10_000;
+  const sequencers = opts.sequencers ?? null;
+  const signed = async (lease: Lease) =>
+    sequencers === null ? {} : { sequencer: await sequencers.sign(lease) };
   const keyOf = (req: FastifyRequest<{ Params: KeyParams }>) => validKey(req.params.key);
 
   app.post<{ Params: KeyParams }>('/v1/locks/:key/acquire', async (req, reply) => {
@@ -59,7 +65,12 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
     try {
       const r = await issuer.acquire({ key, ...body }, abort.signal);
       if (r.ok) {
-        return reply.code(200).send({ ...leaseJson(r.lease), replayed: r.replayed, waitedMs: r.waitedMs });
+        return reply.code(200).send({
+          ...leaseJson(r.lease),
+          ...(await signed(r.lease)),
+          replayed: r.replayed,
+          waitedMs: r.waitedMs,
+        });
       }
       if (r.reason === 'exhausted') {
         return refuse(
@@ -113,6 +124,7 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
       token: l.token.toString(10),
       expiresAt: iso(l.expiresAt),
       ttlMs: l.ttlMs,
+      ...(await signed(l)),
     };
   });
 

@@ -90,7 +90,7 @@ const fencing = {
   type: 'object',
   additionalProperties: false,
   properties: {
-    check: { enum: ['token', 'lease'] },
+    check: { enum: ['token', 'lease', 'sequencer'] },
     enforce: { type: 'boolean' },
     drainTimeoutMs: ms(0, 600_000),
   },

@@ -17,6 +17,7 @@ import {
   writeKeyFile,
   type SequencerClaims,
 } from '../../src/sequencer/index.js';
+import { formatPolicyError, loadPolicies } from '../../src/policy/index.js';
 import { MAX_TOKEN } from '../../src/tokens.js';
 
 let dir: string;
@@ -233,5 +234,44 @@ describe('key file', () => {
     expect(await ring.reload()).toBe(false);
     expect(errors).toHaveLength(1);
     expect(ring.signer.kid).toBe(kid);
+  });
+});
+
+describe('policy: check: sequencer', () => {
+  const load = async (kind: string, url: string, extra = '') => {
+    const path = join(dir, 'policy.yaml');
+    await writeFile(
+      path,
+      `version: 1
+upstreams:
+  up: { kind: ${kind}, url: '${url}' }
+routes:
+  - name: writes
+    methods: [PUT]
+    path: /things/:id
+    upstream: up
+    lock: 'thing:{id}'
+${extra}    fencing: { check: sequencer }
+`,
+    );
+    return loadPolicies(path);
+  };
+
+  it('loads on http and postgres routes', async () => {
+    const http = await load('http', 'http://127.0.0.1:9000');
+    expect(http.ok && http.policy.routes[0]?.fencing?.check).toBe('sequencer');
+    const pg = await load(
+      'postgres',
+      'postgres://u@127.0.0.1/db',
+      '    table: things\n    key: id\n    columns: [a]\n',
+    );
+    expect(pg.ok && pg.policy.routes[0]?.fencing?.check).toBe('sequencer');
+  });
+
+  it('is refused on s3 routes, naming the field and why', async () => {
+    const r = await load('s3', 'http://127.0.0.1:9000');
+    expect(r.ok).toBe(false);
+    const lines = r.ok ? [] : r.errors.map(formatPolicyError);
+    expect(lines.join('\n')).toMatch(/routes\[0\]\.fencing\.check: an s3 route cannot use "sequencer"/);
   });
 });
