@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { FencegateClient } from '../../src/client/index.js';
 import { buildControl } from '../../src/control.js';
 import { Issuer } from '../../src/issuer/service.js';
 import { createMetrics } from '../../src/observe/metrics.js';
@@ -286,6 +287,27 @@ describe.each(GATEWAY_STORES)('sequencer routes on $name store', (factory) => {
     }
     expect(upstream.hits).toHaveLength(0);
     expect((await store.inspect(`order:${orderId}`))?.highest ?? null).toBe(null);
+  });
+
+  it('the client SDK sends the latest sequencer transparently, renewed ones included', async () => {
+    await control.listen({ host: '127.0.0.1', port: 0 });
+    const port = (control.server.address() as { port: number }).port;
+    const fg = new FencegateClient({ url: `http://127.0.0.1:${port}` });
+    const orderId = id();
+    const lock = await fg.acquire(`order:${orderId}`, { owner: 'sdk', ttlMs: 30_000, autoRenew: false });
+    const first = lock.sequencer;
+    expect(first).toMatch(/\./);
+    const url = `${gw.url}/orders/${orderId}`;
+    expect((await lock.fetch(url, { method: 'PUT', body: 'one' })).status).toBe(200);
+    await lock.renew(40_000);
+    expect(lock.sequencer).not.toBe(first);
+    expect((await lock.fetch(url, { method: 'PUT', body: 'two' })).status).toBe(200);
+    expect(upstream.hits.map((h) => h.headers['fencing-token'])).toEqual([
+      lock.fencingToken,
+      lock.fencingToken,
+    ]);
+    expect(upstream.hits.every((h) => h.headers['fencing-sequencer'] === undefined)).toBe(true);
+    await lock.release();
   });
 
   it('rotation: old sequencers work until their key is pruned, new ones use the new key; /v1/keys follows', async () => {
