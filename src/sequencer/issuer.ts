@@ -11,6 +11,8 @@ const EPOCH_REFRESH_MS = 5_000;
 
 export class SequencerIssuer {
   private epoch: { id: string | null; readAt: number } | null = null;
+  /** The read in progress, shared by concurrent signers. */
+  private reading: Promise<string | null> | null = null;
 
   constructor(
     readonly keys: KeyRing,
@@ -33,9 +35,15 @@ export class SequencerIssuer {
   private async epochId(): Promise<string | null> {
     const now = performance.now();
     if (this.epoch !== null && now - this.epoch.readAt < EPOCH_REFRESH_MS) return this.epoch.id;
-    const health = await this.store.health().catch(() => null);
-    const id = health?.epoch?.id ?? this.epoch?.id ?? null;
-    this.epoch = { id, readAt: now };
-    return id;
+    this.reading ??= this.store
+      .health()
+      .catch(() => null)
+      .then((health) => {
+        const id = health?.epoch?.id ?? this.epoch?.id ?? null;
+        this.epoch = { id, readAt: now };
+        return id;
+      })
+      .finally(() => (this.reading = null));
+    return this.reading;
   }
 }

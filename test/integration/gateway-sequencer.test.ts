@@ -17,6 +17,7 @@ import { Issuer } from '../../src/issuer/service.js';
 import { createMetrics } from '../../src/observe/metrics.js';
 import {
   addNextKey,
+  decodeSequencer,
   initKeyFile,
   KeyRing,
   promoteNextKey,
@@ -162,6 +163,12 @@ describe.each(GATEWAY_STORES)('sequencer routes on $name store', (factory) => {
     const both = await put(orderId, { 'fencing-sequencer': g.sequencer, 'fencing-token': g.token });
     expect(both.status).toBe(200);
     expect((await store.inspect(`order:${orderId}`))?.highest).toBe(BigInt(g.token));
+    // Nor on an unfenced route: no upstream ever sees a sequencer.
+    const read = await send(gw, 'GET', `/orders/${orderId}`, { 'fencing-sequencer': g.sequencer });
+    expect(read.status).toBe(200);
+    expect(upstream.hits).toHaveLength(3);
+    expect(upstream.hits[2]?.method).toBe('GET');
+    expect(upstream.hits[2]?.headers['fencing-sequencer']).toBeUndefined();
   });
 
   it('a renewed lease gets a new sequencer carrying the new expiry, and it is admitted', async () => {
@@ -175,6 +182,14 @@ describe.each(GATEWAY_STORES)('sequencer routes on $name store', (factory) => {
     const renewed = r.body as unknown as Grant;
     expect(renewed.token).toBe(g.token);
     expect(renewed.sequencer).not.toBe(g.sequencer);
+    const claims = decodeSequencer(renewed.sequencer);
+    expect(claims.ok && claims.claims).toMatchObject({
+      lock: `order:${orderId}`,
+      token: BigInt(g.token),
+      leaseId: g.leaseId,
+      epoch: (await store.health()).epoch?.id ?? null,
+      expiresAt: Date.parse(renewed.expiresAt),
+    });
     expect((await put(orderId, { 'fencing-sequencer': renewed.sequencer })).status).toBe(200);
   });
 
@@ -191,6 +206,9 @@ describe.each(GATEWAY_STORES)('sequencer routes on $name store', (factory) => {
       'fencing-sequencer': [g.sequencer, g.sequencer] as unknown as string,
     });
     expect(twice.status).toBe(400);
+    const badToken = await put(orderId, { 'fencing-sequencer': g.sequencer, 'fencing-token': '0042' });
+    expect(badToken.status).toBe(400);
+    expect(badToken.body.type).toBe('urn:fencegate:token-malformed');
     expect(upstream.hits).toHaveLength(0);
   });
 
