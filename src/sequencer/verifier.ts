@@ -45,8 +45,11 @@ export class SequencerVerifier {
       const key =
         this.keys.publicKey(kid) ??
         ((await this.keys.refreshFor(kid)) ? this.keys.publicKey(kid) : undefined);
-      if (key === undefined)
-        return { ok: false, reason: `the sequencer was signed with an unknown key "${kid}"` };
+      if (key === undefined) {
+        // The kid is the sender's text: echoed only when it looks like a key id.
+        const named = /^[A-Za-z0-9._-]{1,64}$/.test(kid) ? ` "${kid}"` : '';
+        return { ok: false, reason: `the sequencer was signed with an unknown key${named}` };
+      }
       if (!verifySignature(decoded, key))
         return { ok: false, reason: 'the sequencer signature does not verify' };
       claims = decoded.claims;

@@ -122,6 +122,14 @@ describe('sequencers across two gateway processes and a key rotation', () => {
     const again = await runCli(['keys', 'init', keyFile]);
     expect(again.code).not.toBe(0);
     expect(again.stderr).toMatch(/exists/);
+    const promote = await runCli(['keys', 'promote', keyFile]);
+    expect(promote.code).toBe(2);
+    expect(promote.stderr).toMatch(/no "next" key to promote/);
+    const usage = await runCli(['keys', 'rotate', keyFile]);
+    expect(usage.code).toBe(2);
+    expect(usage.stderr).toMatch(/usage: fencegate keys init FILE/);
+    const missing = await runCli(['keys', 'add', join(dir, 'nope.json')]);
+    expect(missing.stderr).toMatch(/cannot read the sequencer key file \(ENOENT\)/);
     const d = (JSON.parse(await readFile(keyFile, 'utf8')) as { keys: { d: string }[] }).keys[0]?.d;
     for (const g of gw) expect(g.output()).not.toContain(d);
   });
