@@ -9,7 +9,7 @@
 import { join } from 'node:path';
 import { storeKindOf } from '../store/index.js';
 import { KeyRing } from './keyring.js';
-import { initKeyFile, writeKeyFile } from './keys.js';
+import { initKeyFile, SequencerKeyError, writeKeyFile } from './keys.js';
 
 export const EMBEDDED_KEY_FILE = 'sequencer-keys.json';
 
@@ -22,7 +22,16 @@ export async function openSequencerKeys(
     log(
       `sequencer keys: reload failed, keeping the last good keys: ${err instanceof Error ? err.message : String(err)}`,
     );
-  if (configured !== null) return KeyRing.open(configured, { onError });
+  if (configured !== null) {
+    return KeyRing.open(configured, { onError }).catch((err: unknown) => {
+      const missing = (err as { cause?: { code?: unknown } }).cause?.code === 'ENOENT';
+      if (!missing) throw err;
+      throw new SequencerKeyError(
+        `${(err as Error).message}; make one with: fencegate keys init ${configured} ` +
+          '(and give the same file to every process that shares the store)',
+      );
+    });
+  }
   if (storeKindOf(storeSpec) !== 'embedded') {
     log(
       'sequencer keys: none (no --sequencer-keys FILE): acquire and renew answers carry no sequencer, ' +

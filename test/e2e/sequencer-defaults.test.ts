@@ -130,6 +130,6 @@ describe('sequencer keys by default', () => {
         '--sequencer-keys',
         missing,
       ]),
-    ).rejects.toThrow(/cannot read the sequencer key file \(ENOENT\)/);
+    ).rejects.toThrow(/cannot read the sequencer key file \(ENOENT\); make one with: fencegate keys init/);
   });
 });
