@@ -57,6 +57,12 @@ routes:
     methods: [GET]
     path: /orders/*
     upstream: orders
+  - name: shadow-writes
+    methods: [PUT]
+    path: /shadow/:id
+    upstream: orders
+    lock: "shadow:{id}"
+    fencing: { check: sequencer, enforce: false }
 `;
 }
 
@@ -281,6 +287,11 @@ describe.each(GATEWAY_STORES)('sequencer routes on $name store', (factory) => {
       }
     }
     expect([...answers]).toEqual(['403 urn:fencegate:token-invalid']);
+    // Refusals are counted as forged and recorded without the sequencer (a credential).
+    const events = gw.events.recent().filter((e) => e.lock === `order:${orderId}`);
+    expect(events.length).toBeGreaterThan(0);
+    expect(events.every((e) => e.reason === 'forged' && e.token === null)).toBe(true);
+    expect(JSON.stringify(gw.events.recent())).not.toMatch(/[A-Za-z0-9_-]{40,}\.[A-Za-z0-9_-]{80,}/);
     expect(upstream.hits).toHaveLength(1);
     expect((await store.inspect(`order:${orderId}`))?.highest).toBe(BigInt(b.token));
   });
@@ -326,6 +337,19 @@ describe.each(GATEWAY_STORES)('sequencer routes on $name store', (factory) => {
     ]);
     expect(upstream.hits.every((h) => h.headers['fencing-sequencer'] === undefined)).toBe(true);
     await lock.release();
+  });
+
+  it('shadow mode: an unverifiable sequencer is counted and forwarded, the fence untouched', async () => {
+    const shadowId = id();
+    const other = await acquire(id(), 'w2');
+    const res = await send(gw, 'PUT', `/shadow/${shadowId}`, { 'fencing-sequencer': other.sequencer }, 'x');
+    expect(res.status).toBe(200);
+    expect(upstream.hits).toHaveLength(1);
+    expect(upstream.hits[0]?.headers['x-fencegate-fence']).toBe('shadow-refused');
+    expect(upstream.hits[0]?.headers['fencing-sequencer']).toBeUndefined();
+    const [event] = gw.events.recent().filter((e) => e.lock === `shadow:${shadowId}`);
+    expect(event).toMatchObject({ reason: 'forged', enforced: false });
+    expect(await store.inspect(`shadow:${shadowId}`)).toBeNull();
   });
 
   it('rotation: old sequencers work until their key is pruned, new ones use the new key; /v1/keys follows', async () => {
