@@ -2,7 +2,8 @@
 /**
  * `npm run bench`: side by side in one run, on the same upstream and machine:
  *   direct upstream · bare @fastify/http-proxy · fencegate unfenced route ·
- *   fencegate fenced writes on the embedded, Postgres and Redis stores;
+ *   fencegate fenced writes on the embedded, Postgres and Redis stores, and on Redis
+ *   with `check: sequencer` (signed sequencers verified per write, cached);
  * then p99 at half the bare proxy's saturation rate (bare vs fenced on Redis), and
  * the fencegate process's resident memory over a 60 s run; and `kind: postgres` row writes
  * against a raw node-postgres UPDATE loop (bench/postgres-kind.mjs).
@@ -86,7 +87,12 @@ async function fencegate(store, policyDir, extra = []) {
 }
 
 async function acquireTokens(control, prefix) {
-  const tokens = [];
+  return (await acquireLeases(control, prefix)).map((l) => l.token);
+}
+
+/** One lease per lock, as the issuer answers it (token, and sequencer when keys are configured). */
+async function acquireLeases(control, prefix) {
+  const leases = [];
   for (let i = 0; i < LOCKS; i++) {
     const res = await fetch(`${control}/v1/locks/${encodeURIComponent(`${prefix}:${i}`)}/acquire`, {
       method: 'POST',
@@ -94,13 +100,13 @@ async function acquireTokens(control, prefix) {
       body: JSON.stringify({ owner: 'bench', ttlMs: 3_600_000 }),
     });
     if (res.status !== 200) throw new Error(`acquire failed: ${res.status} ${await res.text()}`);
-    tokens.push((await res.json()).token);
+    leases.push(await res.json());
   }
-  return tokens;
+  return leases;
 }
 
-/** PUT /{base}/{i} rotating over LOCKS ids, with each lock's token when given. */
-function run(url, { base = 'orders', tokens = null, seconds = SECONDS, rate } = {}) {
+/** PUT /{base}/{i} rotating over LOCKS ids, with each lock's token (and sequencer) when given. */
+function run(url, { base = 'orders', tokens = null, sequencers = null, seconds = SECONDS, rate } = {}) {
   let n = 0;
   const body = JSON.stringify({ status: 'shipped', note: 'x'.repeat(64) });
   return autocannon({
@@ -115,6 +121,7 @@ function run(url, { base = 'orders', tokens = null, seconds = SECONDS, rate } = 
           const i = n++ % LOCKS;
           const headers = { 'content-type': 'application/json' };
           if (tokens) headers['fencing-token'] = tokens[i];
+          if (sequencers) headers['fencing-sequencer'] = sequencers[i];
           return { ...req, path: `/${base}/${i}`, headers, body };
         },
       },
@@ -202,6 +209,12 @@ routes:
     methods: [PUT]
     path: /open/:id
     upstream: bench
+  - name: sequenced-writes
+    methods: [PUT]
+    path: /sequenced/:id
+    upstream: bench
+    lock: "sequenced:{id}"
+    fencing: { check: sequencer }
 `;
   await writeFile(join(policyDir, 'bench.yaml'), policy('order'));
 
@@ -257,7 +270,10 @@ routes:
     ],
     /Ready to accept connections/,
   );
-  const redis = await fencegate(`redis://127.0.0.1:${redisPort}`, policyDir);
+  // Sequencer keys for the Redis process (Postgres and Redis stores take them from a file).
+  const keyFile = join(tmp, 'sequencer-keys.json');
+  await spawnUntil(join(ROOT, 'bin/fencegate.js'), ['keys', 'init', keyFile], /made/);
+  const redis = await fencegate(`redis://127.0.0.1:${redisPort}`, policyDir, ['--sequencer-keys', keyFile]);
   say(`fencegate fenced, redis …`);
   tokens = await acquireTokens(redis.control, 'order');
   await run(redis.data, { tokens, seconds: 2 });
@@ -266,6 +282,18 @@ routes:
     await run(redis.data, { tokens }),
   );
   results.push(redisResult);
+  // The same writes on a check: sequencer route: the SDK's headers (token and sequencer).
+  say(`fencegate fenced, redis, check: sequencer …`);
+  const leases = await acquireLeases(redis.control, 'sequenced');
+  const sequenced = {
+    base: 'sequenced',
+    tokens: leases.map((l) => l.token),
+    sequencers: leases.map((l) => l.sequencer),
+  };
+  await run(redis.data, { ...sequenced, seconds: 2 });
+  results.push(
+    summarize('fencegate fenced, redis store, check: sequencer', await run(redis.data, sequenced)),
+  );
 
   // Latency at half the bare proxy's saturation rate.
   const half = Math.max(100, Math.floor(bareResult.rps / 2));

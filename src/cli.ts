@@ -20,6 +20,7 @@ Usage:
   fencegate check PATH...        validate policy files or directories; exit 1 on errors
   fencegate init [DIR]           write commented example policies to DIR/policies (default .); never overwrites
   fencegate epoch bump --store S start a new token epoch (after restoring a store backup)
+  fencegate keys init|add|promote|prune FILE   make or rotate a sequencer key file (docs/security.md)
   fencegate --help | --version
 
 serve options (environment variable in brackets):
@@ -35,6 +36,9 @@ serve options (environment variable in brackets):
   --store-reset-timeout-ms N           how long the store's open circuit refuses fenced writes [FENCEGATE_STORE_RESET_TIMEOUT_MS] (default 5000)
   --session-ttl-ms N                   how long other gateways wait on this one's silent session before dropping
                                        its in-flight writes at the drain barrier [FENCEGATE_SESSION_TTL_MS] (default 6000)
+  --sequencer-keys FILE                sequencer key file, the same for every process on the store
+                                       [FENCEGATE_SEQUENCER_KEYS] (default: <dir>/sequencer-keys.json on the
+                                       embedded store, none on Postgres/Redis)
   --log-level LEVEL                    fatal|error|warn|info|debug|trace|silent [FENCEGATE_LOG_LEVEL] (default info)
   --log-format json|pretty             one JSON object per line, or readable [FENCEGATE_LOG_FORMAT]
                                        (default pretty when stdout is a terminal, else json)
@@ -69,11 +73,19 @@ export async function main(argv: string[]): Promise<number> {
         return await init(rest);
       case 'epoch':
         return await epoch(rest);
+      case 'keys': {
+        const { keysCommand } = await import('./sequencer/cli.js');
+        return await keysCommand(rest, (line) => process.stdout.write(`${line}\n`));
+      }
       default:
         return fail(`unknown command "${command}"; see fencegate --help`);
     }
   } catch (err) {
     if (err instanceof ConfigError || (err instanceof TypeError && 'code' in err)) return fail(err.message);
+    if (err instanceof Error && ['SequencerKeyError', 'TypeError'].includes(err.name) && command === 'keys')
+      return fail(err.message);
+    if (command === 'keys' && (err as NodeJS.ErrnoException).code === 'EEXIST')
+      return fail('the key file exists already; init never overwrites keys');
     throw err;
   }
 }
@@ -95,6 +107,7 @@ async function serve(args: string[]): Promise<number> {
       'store-timeout-ms': { type: 'string' },
       'store-reset-timeout-ms': { type: 'string' },
       'session-ttl-ms': { type: 'string' },
+      'sequencer-keys': { type: 'string' },
       'log-level': { type: 'string' },
       'log-format': { type: 'string' },
       'access-log': { type: 'string' },
@@ -112,6 +125,7 @@ async function serve(args: string[]): Promise<number> {
     storeTimeoutMs: values['store-timeout-ms'],
     storeResetTimeoutMs: values['store-reset-timeout-ms'],
     sessionTtlMs: values['session-ttl-ms'],
+    sequencerKeys: values['sequencer-keys'],
     logLevel: values['log-level'],
     logFormat: values['log-format'],
     accessLog: values['access-log'],
@@ -146,7 +160,10 @@ async function serve(args: string[]): Promise<number> {
     };
     const onTerm = () => stop('SIGTERM');
     const onInt = () => stop('SIGINT');
-    const onHup = () => void server.reload('SIGHUP');
+    const onHup = () => {
+      void server.reload('SIGHUP');
+      void server.sequencerKeys?.reload();
+    };
     process.on('SIGTERM', onTerm);
     process.on('SIGINT', onInt);
     process.on('SIGHUP', onHup);

@@ -35,6 +35,11 @@ export interface ServeConfig {
   storeResetTimeoutMs: number;
   /** How long other gateways wait on this one's silent session before dropping its in-flight writes. */
   sessionTtlMs: number;
+  /**
+   * Sequencer key file (JSON; fencegate keys init). Null: the embedded store's
+   * `<dir>/sequencer-keys.json` (made on first start); no sequencers on other stores.
+   */
+  sequencerKeys: string | null;
   logLevel: LogLevel;
   /** null: pretty when stdout is a terminal, else json. */
   logFormat: LogFormat | null;
@@ -57,6 +62,7 @@ export const DEFAULTS: ServeConfig = Object.freeze({
   storeTimeoutMs: 2_000,
   storeResetTimeoutMs: 5_000,
   sessionTtlMs: 6_000,
+  sequencerKeys: null,
   logLevel: 'info',
   logFormat: null,
   accessLog: 1,
@@ -131,6 +137,7 @@ const KEYS: Record<keyof ServeConfig, Kind> = {
   storeTimeoutMs: 'int',
   storeResetTimeoutMs: 'int',
   sessionTtlMs: 'int',
+  sequencerKeys: 'string',
   logLevel: 'level',
   logFormat: 'format',
   accessLog: 'sample',
@@ -147,6 +154,7 @@ export const ENV_VARS: Partial<Record<keyof ServeConfig, string>> = {
   storeTimeoutMs: 'FENCEGATE_STORE_TIMEOUT_MS',
   storeResetTimeoutMs: 'FENCEGATE_STORE_RESET_TIMEOUT_MS',
   sessionTtlMs: 'FENCEGATE_SESSION_TTL_MS',
+  sequencerKeys: 'FENCEGATE_SEQUENCER_KEYS',
   logLevel: 'FENCEGATE_LOG_LEVEL',
   logFormat: 'FENCEGATE_LOG_FORMAT',
   accessLog: 'FENCEGATE_ACCESS_LOG',

@@ -25,6 +25,8 @@ import locksRoutes from './observe/locks-routes.js';
 import statusRoutes, { storeHealth, storeHealthJson } from './observe/status-routes.js';
 import type { PolicyHolder } from './policy/index.js';
 import type { Metrics } from './observe/metrics.js';
+import type { SequencerIssuer } from './sequencer/index.js';
+import keysRoutes from './sequencer/routes.js';
 import type { Store } from './store/types.js';
 
 export async function buildControl(opts: {
@@ -41,6 +43,8 @@ export async function buildControl(opts: {
   /** The gateway's policy and breakers, for /v1/status (absent: no gateway in this process). */
   policy?: PolicyHolder;
   breakers?: BreakerBoard;
+  /** Sequencer signing and the published keys (GET /v1/keys); null: sequencers off. */
+  sequencers?: SequencerIssuer | null;
 }): Promise<FastifyInstance> {
   const loggerOption =
     opts.logger !== undefined
@@ -70,7 +74,9 @@ export async function buildControl(opts: {
     issuer: opts.issuer,
     defaultTtlMs: opts.defaultTtlMs,
     events: opts.events,
+    sequencers: opts.sequencers,
   });
+  await app.register(keysRoutes, { keys: opts.sequencers?.keys ?? null });
   await app.register(eventsRoutes, { events: opts.events });
   await app.register(locksRoutes, { store: opts.store });
   await app.register(statusRoutes, {

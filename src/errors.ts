@@ -18,6 +18,7 @@ export const PROBLEMS = {
   'stale-token': { status: 409, title: 'The fencing token is older than one already admitted' },
   'lease-expired': { status: 409, title: 'The lease of this token is no longer live' },
   'token-required': { status: 428, title: 'This route requires a Fencing-Token header' },
+  'sequencer-required': { status: 428, title: 'This route requires a Fencing-Sequencer header' },
   'token-invalid': { status: 403, title: 'The fencing token was never issued for this lock' },
   'fence-unavailable': { status: 503, title: 'The fence store is unavailable; the write was not forwarded' },
   'store-unavailable': { status: 503, title: 'The lock store is unavailable' },

@@ -19,6 +19,8 @@ import { createGateway } from './gateway/index.js';
 import { PolicyHolder, formatPolicyError } from './policy/index.js';
 import type { ReloadResult } from './policy/index.js';
 import { startSampleUpstream } from './sample/index.js';
+import { SequencerIssuer, type KeyRing } from './sequencer/index.js';
+import { openSequencerKeys } from './sequencer/setup.js';
 
 export interface RunningServer {
   data: string;
@@ -29,6 +31,8 @@ export interface RunningServer {
   policy: PolicyHolder;
   /** Reloads the policy now (SIGHUP), counting and logging the outcome as a file change does. */
   reload(trigger: ReloadTrigger): Promise<ReloadResult>;
+  /** The sequencer key file this process follows (null: sequencers off). */
+  sequencerKeys: KeyRing | null;
   close(): Promise<void>;
 }
 
@@ -70,6 +74,13 @@ export async function startServer(
   );
   const closers: (() => Promise<unknown>)[] = [() => store.close()];
   try {
+    const sequencerKeys = await openSequencerKeys(config.sequencerKeys, config.store, (line) =>
+      lifecycle.warn(line),
+    );
+    if (sequencerKeys !== null) {
+      sequencerKeys.watch();
+      closers.unshift(async () => sequencerKeys.close());
+    }
     const owners = new OwnerLookup(store);
     const events = new EventLog({
       log: fencedWriteLog(logger, metrics.logLinesSuppressed),
@@ -97,6 +108,7 @@ export async function startServer(
       accessLog: config.accessLog > 0,
       policy,
       breakers,
+      sequencers: sequencerKeys === null ? null : new SequencerIssuer(sequencerKeys, store),
     });
     closers.unshift(async () => {
       issuer.shutdown();
@@ -112,6 +124,7 @@ export async function startServer(
       storeBreaker: { timeoutMs: config.storeTimeoutMs, resetTimeoutMs: config.storeResetTimeoutMs },
       session: { ttlMs: config.sessionTtlMs },
       breakers,
+      sequencerKeys,
     });
     closers.unshift(() => gateway.close());
     await control.listen({ host: config.control.host, port: config.control.port });
@@ -133,6 +146,7 @@ export async function startServer(
       metrics,
       policy,
       reload: async (trigger) => reloaded(await policy.reload(), trigger),
+      sequencerKeys,
       close: () => runClosers(closers),
     };
   } catch (err) {

@@ -146,6 +146,13 @@ export class FencegateClient {
   }
 }
 
+/** Adds a Fencing-Sequencer header to fetch options (for callers not using Lock.fetch). */
+export function withFencingSequencer(init: RequestInit, sequencer: string): RequestInit {
+  const headers = new Headers(init.headers);
+  headers.set('fencing-sequencer', sequencer);
+  return { ...init, headers };
+}
+
 /** Adds a Fencing-Token header to fetch options (for callers not using Lock.fetch). */
 export function withFencingToken(init: RequestInit, token: bigint | string): RequestInit {
   const headers = new Headers(init.headers);

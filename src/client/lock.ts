@@ -1,5 +1,5 @@
 /**
- * A held lock on the client side: its fencing token, background renewal, and an
+ * A held lock on the client side: its fencing token and latest sequencer, background renewal, and an
  * AbortSignal that fires when the lease is lost or can no longer be proven live.
  *
  * Fail closed: the client cannot see the store's clock, so it keeps a local,
@@ -23,6 +23,8 @@ export interface LeaseInfo {
   token: string;
   expiresAt: string;
   ttlMs: number;
+  /** Signed sequencer for this lease (absent when the issuer has no sequencer keys). */
+  sequencer?: string;
   /** Acquire only: true for the replay of an earlier grant. */
   replayed?: boolean;
   /** Acquire only: how long the issuer held the request before the granting store call. */
@@ -51,6 +53,7 @@ export class Lock {
   private renewTimer: NodeJS.Timeout | null = null;
   private deadlineTimer: NodeJS.Timeout | null = null;
   private released = false;
+  private latestSequencer: string | null;
 
   constructor(
     private readonly base: string,
@@ -64,6 +67,7 @@ export class Lock {
     this.leaseId = lease.leaseId;
     this.token = BigInt(lease.token);
     this.ttlMs = lease.ttlMs;
+    this.latestSequencer = lease.sequencer ?? null;
     this.signal = this.controller.signal;
     this.localDeadline = sentAt + lease.ttlMs;
     if (this.pastDeadline()) {
@@ -80,6 +84,14 @@ export class Lock {
   /** The token as sent on the wire. */
   get fencingToken(): string {
     return this.token.toString(10);
+  }
+
+  /**
+   * The sequencer from the latest acquire or renew answer (each renewal signs the new
+   * expiry), or null when the issuer signs none. A credential for this lease: keep it secret.
+   */
+  get sequencer(): string | null {
+    return this.latestSequencer;
   }
 
   /** Milliseconds until the lock counts as lost: the local deadline minus the safety margin. */
@@ -148,6 +160,7 @@ export class Lock {
     if (r.ok) {
       if (this.lost) throw this.signal.reason;
       this.localDeadline = sentAt + ttlMs;
+      if (typeof r.body.sequencer === 'string') this.latestSequencer = r.body.sequencer;
       this.armDeadline();
       return;
     }
@@ -177,14 +190,17 @@ export class Lock {
   }
 
   /**
-   * fetch() with this lock's Fencing-Token header, aborted if the lease is lost.
-   * Use it for writes to routes fenced by this lock.
+   * fetch() with this lock's Fencing-Token header and its latest Fencing-Sequencer (when
+   * the issuer signs them), aborted if the lease is lost. Use it for writes to routes
+   * fenced by this lock: both headers suit every `check` (the gateway never forwards the
+   * sequencer, and on sequencer routes the token must be the sequencer's).
    */
   fetch(input: string | URL, init: RequestInit = {}): Promise<Response> {
     // Judged now, not by the timer: after a stall the timer has not run yet.
     if (this.lost) return Promise.reject(this.signal.reason as Error);
     const headers = new Headers(init.headers);
     headers.set('fencing-token', this.fencingToken);
+    if (this.latestSequencer !== null) headers.set('fencing-sequencer', this.latestSequencer);
     const signal = init.signal ? AbortSignal.any([init.signal, this.signal]) : this.signal;
     const body = this.guardBody(init.body);
     return this.fetchImpl(input, { ...init, headers, signal, ...(body === undefined ? {} : { body }) });

@@ -19,6 +19,7 @@ import type { SessionObserver } from './observer.js';
 import { sendProblem } from '../http/problems.js';
 import { sessionLapsed, type GatewaySessions, type SessionLease } from './session.js';
 import type { StoreGuard } from './store-guard.js';
+import type { SequencerVerifier } from '../sequencer/index.js';
 import { Readable } from 'node:stream';
 import { readBoundedBody } from '../http/body.js';
 import { sendContinue } from '../http/continue.js';
@@ -32,10 +33,12 @@ export interface FenceOptions {
   observer: SessionObserver;
   metrics: Metrics;
   events: EventLog;
+  /** Verifies `Fencing-Sequencer` on `check: sequencer` routes; null: no keys, every sequencer refused. */
+  sequencers: SequencerVerifier | null;
 }
 
 async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
-  const { guard, sessions, observer, metrics, events } = opts;
+  const { guard, sessions, observer, metrics, events, sequencers } = opts;
 
   const record = refusalRecorder(metrics, events);
 
@@ -169,6 +172,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
         requestId: request.id,
         session: lease?.id ?? '',
         guard,
+        sequencers,
         noSession: recording && lease === null,
       });
       if (!verdict.ok) {

@@ -9,6 +9,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { ProblemError } from '../errors.js';
 import type { GatewayRequestState } from './context.js';
 import {
+  FENCING_SEQUENCER,
   FENCING_TOKEN,
   forwardingHeaders,
   stripRequestHeaders,
@@ -23,6 +24,9 @@ import { sendProblem } from '../http/problems.js';
 import { upstreamProblem } from './upstream-errors.js';
 import { attachScope, type ForwardScope } from './upstreams.js';
 
+const FENCED_ROUTE_DROPS = [FENCING_TOKEN, FENCING_SEQUENCER];
+const PLAIN_ROUTE_DROPS = [FENCING_SEQUENCER];
+
 /** The request headers the upstream receives. */
 export function upstreamRequestHeaders(
   request: FastifyRequest,
@@ -31,7 +35,12 @@ export function upstreamRequestHeaders(
   trustProxy: boolean,
 ): Headers {
   const fenced = state.match.route.lock !== null;
-  const out = stripRequestHeaders(headers, request.headers.connection, fenced ? [FENCING_TOKEN] : []);
+  // The sequencer is a credential for its lease: no upstream ever sees it, fenced route or not.
+  const out = stripRequestHeaders(
+    headers,
+    request.headers.connection,
+    fenced ? FENCED_ROUTE_DROPS : PLAIN_ROUTE_DROPS,
+  );
   Object.assign(
     out,
     forwardingHeaders({

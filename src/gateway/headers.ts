@@ -23,6 +23,8 @@ export const HOP_BY_HOP = new Set([
 ]);
 
 export const FENCING_TOKEN = 'fencing-token';
+/** A signed sequencer (check: sequencer). A bearer credential for its lease: never forwarded. */
+export const FENCING_SEQUENCER = 'fencing-sequencer';
 export const GATEWAY_PREFIX = 'x-fencegate-';
 
 /**
@@ -96,6 +98,17 @@ export function readFencingToken(rawHeaders: readonly string[]): PresentedToken 
     return { kind: 'malformed', reason: `${values.length} Fencing-Token headers; send exactly one` };
   const parsed = parseToken(values[0]);
   return parsed.ok ? { kind: 'ok', token: parsed.token } : { kind: 'malformed', reason: parsed.reason };
+}
+
+export type PresentedSequencer =
+  { kind: 'missing' } | { kind: 'malformed'; reason: string } | { kind: 'ok'; sequencer: string };
+
+export function readFencingSequencer(rawHeaders: readonly string[]): PresentedSequencer {
+  const values = rawHeaderValues(rawHeaders, FENCING_SEQUENCER);
+  if (values.length === 0) return { kind: 'missing' };
+  if (values.length > 1)
+    return { kind: 'malformed', reason: `${values.length} Fencing-Sequencer headers; send exactly one` };
+  return { kind: 'ok', sequencer: (values[0] ?? '').trim() };
 }
 
 /** Headers only the gateway may set towards the upstream. */

@@ -12,6 +12,7 @@ import { instrumentStore } from '../observe/store-metrics.js';
 import { DataLogController } from './access.js';
 import type { PolicyHolder } from '../policy/index.js';
 import type { Store } from '../store/types.js';
+import { SequencerVerifier, type KeyRing } from '../sequencer/index.js';
 import { deferContinue } from '../http/continue.js';
 import { fencePlugin } from './fence.js';
 import { SessionObserver } from './observer.js';
@@ -49,6 +50,8 @@ export interface GatewayOptions {
   session?: SessionSettings;
   /** Where the store's and the upstreams' circuit breakers are listed (GET /v1/status). */
   breakers?: BreakerBoard;
+  /** The issuer's sequencer keys (`check: sequencer` routes); null or absent: every sequencer is refused. */
+  sequencerKeys?: KeyRing | null;
 }
 
 export async function createGateway(opts: GatewayOptions): Promise<FastifyInstance> {
@@ -108,7 +111,19 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   });
 
   await app.register(routingPlugin, { policy: opts.policy });
-  await app.register(fencePlugin, { guard, sessions, observer, metrics: opts.metrics, events: opts.events });
+  // Sequencer expiry is judged on the store's clock, estimated from the session's beats.
+  const sequencers =
+    opts.sequencerKeys == null
+      ? null
+      : new SequencerVerifier(opts.sequencerKeys, () => sessions.storeTime() ?? Date.now());
+  await app.register(fencePlugin, {
+    guard,
+    sessions,
+    observer,
+    metrics: opts.metrics,
+    events: opts.events,
+    sequencers,
+  });
   await app.register(servePlugin, {
     policy: opts.policy,
     env: {

@@ -219,6 +219,16 @@ export class GatewaySessions {
    * The store clock moving far from this process's monotonic clock between two beats is
    * reported (leases are judged by the store's clock); the barrier does not depend on it.
    */
+  /**
+   * The store's clock now, estimated from the last acknowledged beat: its store time plus
+   * the time elapsed here since that beat was *sent*. The store read its clock after the
+   * send, so the estimate errs late (by up to one round trip), never early. Null before
+   * the first beat.
+   */
+  storeTime(): number | null {
+    return this.lastStoreNow === null ? null : this.lastStoreNow + (performance.now() - this.lastSentAt);
+  }
+
   private checkStoreClock(sent: number, storeNow: number): void {
     const last = this.lastStoreNow;
     const lastSent = this.lastSentAt;

@@ -1,7 +1,9 @@
 /**
  * The fence decision for one lock of a request on a fenced route, from headers alone:
- * the token from the Fencing-Token header, then the store's atomic admission (or, for
- * a kind that fences inside the resource, the store's verdict without recording).
+ * the token from the Fencing-Token header (or, on `check: sequencer` routes, from the
+ * Fencing-Sequencer header once its signature, lock and expiry verified), then the
+ * store's atomic admission (or, for a kind that fences inside the resource, the store's
+ * verdict without recording).
  * Refusals are values (with the problem to send and the reason to count), never
  * exceptions; only the store failing throws.
  */
@@ -10,7 +12,9 @@ import { ProblemError } from '../errors.js';
 import type { FencedReason } from '../observe/metrics.js';
 import type { CompiledRoute, FencingSettings } from '../policy/index.js';
 import type { FencingToken } from '../tokens.js';
-import { readFencingToken } from './headers.js';
+import type { SequencerVerifier } from '../sequencer/index.js';
+import type { AdmitCheck } from '../store/types.js';
+import { FENCING_TOKEN, rawHeaderValues, readFencingSequencer, readFencingToken } from './headers.js';
 import type { StoreGuard } from './store-guard.js';
 
 export type Verdict =
@@ -37,19 +41,20 @@ export interface VerdictInput {
   /** True when the write would be recorded but this process has no valid session: 503, store untouched. */
   noSession: boolean;
   guard: StoreGuard;
+  /** Verifies sequencers (check: sequencer); null when this gateway has no keys. */
+  sequencers: SequencerVerifier | null;
 }
 
+type Presented = { ok: true; token: FencingToken } | { ok: false; verdict: Verdict };
+
 export async function decide(input: VerdictInput): Promise<Verdict> {
-  const { route, lock, raw, guard } = input;
-  const presented = readFencingToken(raw.rawHeaders);
-  if (presented.kind === 'missing') {
-    const detail = `route "${route.name}" requires a Fencing-Token header for lock "${lock}"`;
-    return refused('token-required', detail, 'missing', lock, null, null);
-  }
-  if (presented.kind === 'malformed') {
-    return refused('token-malformed', presented.reason, 'malformed', lock, null, null);
-  }
+  const { route, lock, guard } = input;
+  const sequenced = route.fencing.check === 'sequencer';
+  const presented = sequenced ? await sequencerToken(input) : bareToken(input);
+  if (!presented.ok) return presented.verdict;
   const token = presented.token;
+  // A verified sequencer is admitted as a token: stale → 409, never issued → 403.
+  const check: AdmitCheck = sequenced ? 'token' : (route.fencing.check as AdmitCheck);
   if (input.noSession) {
     const problem = new ProblemError(
       'fence-unavailable',
@@ -64,7 +69,7 @@ export async function decide(input: VerdictInput): Promise<Verdict> {
     result = await guard.admit({
       lock,
       token,
-      check: route.fencing.check,
+      check,
       requestId: input.requestId,
       session: input.session,
       record: input.record,
@@ -113,8 +118,62 @@ export async function decide(input: VerdictInput): Promise<Verdict> {
   }
 }
 
+function bareToken({ route, lock, raw }: VerdictInput): Presented {
+  const presented = readFencingToken(raw.rawHeaders);
+  if (presented.kind === 'missing') {
+    const detail = `route "${route.name}" requires a Fencing-Token header for lock "${lock}"`;
+    return { ok: false, verdict: refused('token-required', detail, 'missing', lock, null, null) };
+  }
+  if (presented.kind === 'malformed') {
+    return {
+      ok: false,
+      verdict: refused('token-malformed', presented.reason, 'malformed', lock, null, null),
+    };
+  }
+  return { ok: true, token: presented.token };
+}
+
+/**
+ * The token inside a verified sequencer. A bare Fencing-Token (which anyone can learn) is
+ * never enough here; sent along with a sequencer it must be the sequencer's token.
+ */
+async function sequencerToken({ route, lock, raw, sequencers }: VerdictInput): Promise<Presented> {
+  const no = (verdict: Verdict): Presented => ({ ok: false, verdict });
+  const presented = readFencingSequencer(raw.rawHeaders);
+  if (presented.kind === 'missing') {
+    const alone = rawHeaderValues(raw.rawHeaders, FENCING_TOKEN).length > 0;
+    const detail =
+      `route "${route.name}" requires a Fencing-Sequencer header for lock "${lock}"` +
+      (alone ? ' (a Fencing-Token alone is not accepted on this route)' : '');
+    return no(refused('sequencer-required', detail, 'missing', lock, null, null));
+  }
+  if (presented.kind === 'malformed')
+    return no(refused('token-malformed', presented.reason, 'malformed', lock, null, null));
+  const bare = readFencingToken(raw.rawHeaders);
+  if (bare.kind === 'malformed')
+    return no(refused('token-malformed', bare.reason, 'malformed', lock, null, null));
+  if (sequencers === null) {
+    const detail = 'this gateway has no sequencer keys configured: no sequencer can be verified';
+    return no(refused('token-invalid', detail, 'forged', lock, null, null));
+  }
+  const verified = await sequencers.verify(presented.sequencer, lock);
+  if (!verified.ok) return no(refused('token-invalid', verified.reason, 'forged', lock, null, null));
+  const token = verified.claims.token;
+  if (bare.kind === 'ok' && bare.token !== token) {
+    const detail = `Fencing-Token ${bare.token} is not the token of the sequencer sent with it`;
+    return no(refused('token-invalid', detail, 'forged', lock, null, null));
+  }
+  return { ok: true, token };
+}
+
 function refused(
-  code: 'token-required' | 'token-malformed' | 'stale-token' | 'token-invalid' | 'lease-expired',
+  code:
+    | 'token-required'
+    | 'sequencer-required'
+    | 'token-malformed'
+    | 'stale-token'
+    | 'token-invalid'
+    | 'lease-expired',
   detail: string,
   reason: FencedReason,
   lock: string,

@@ -7,6 +7,7 @@ import fp from 'fastify-plugin';
 import { ProblemError } from '../errors.js';
 import { pathOf, refuse } from '../http/problems.js';
 import type { EventInput, EventLog } from '../observe/events.js';
+import type { SequencerIssuer } from '../sequencer/index.js';
 import type { Lease, LockState } from '../store/types.js';
 import type { Issuer } from './service.js';
 import { parseAcquire, parseRelease, parseRenew, validKey } from './validate.js';
@@ -16,6 +17,8 @@ export interface IssuerRoutesOptions {
   defaultTtlMs?: number;
   /** Where lease expiries, failed renewals and releases by a non-owner are recorded. */
   events?: EventLog;
+  /** Signs a sequencer into every acquire and renew answer (absent: answers carry none). */
+  sequencers?: SequencerIssuer | null;
 }
 
 type KeyParams = { key: string };
@@ -49,6 +52,9 @@ export function lockJson(s: LockState) {
 async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Promise<void> {
   const { issuer } = opts;
   const defaultTtl = opts.defaultTtlMs ?? 10_000;
+  const sequencers = opts.sequencers ?? null;
+  const signed = async (lease: Lease) =>
+    sequencers === null ? {} : { sequencer: await sequencers.sign(lease) };
   const keyOf = (req: FastifyRequest<{ Params: KeyParams }>) => validKey(req.params.key);
   const record = (
     req: FastifyRequest,
@@ -92,7 +98,12 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
         });
       }
       if (r.ok) {
-        return reply.code(200).send({ ...leaseJson(r.lease), replayed: r.replayed, waitedMs: r.waitedMs });
+        return reply.code(200).send({
+          ...leaseJson(r.lease),
+          ...(await signed(r.lease)),
+          replayed: r.replayed,
+          waitedMs: r.waitedMs,
+        });
       }
       if (r.reason === 'exhausted') {
         return refuse(
@@ -153,6 +164,7 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
       token: l.token.toString(10),
       expiresAt: iso(l.expiresAt),
       ttlMs: l.ttlMs,
+      ...(await signed(l)),
     };
   });
 

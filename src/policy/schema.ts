@@ -94,7 +94,7 @@ const fencing = {
   type: 'object',
   additionalProperties: false,
   properties: {
-    check: { enum: ['token', 'lease'] },
+    check: { enum: ['token', 'lease', 'sequencer'] },
     enforce: { type: 'boolean' },
     drainTimeoutMs: ms(0, 600_000),
   },

@@ -32,6 +32,7 @@ export const FORBIDDEN_LOCK_HEADERS = new Set([
   'upgrade',
   'content-length',
   'fencing-token',
+  'fencing-sequencer',
   'forwarded',
 ]);
 

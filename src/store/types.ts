@@ -132,12 +132,18 @@ export interface LockPage {
   now: number;
 }
 
-export type FenceCheck = 'token' | 'lease';
+/** What the store checks at admission: the token alone, or also that its lease is live. */
+export type AdmitCheck = 'token' | 'lease';
+/**
+ * A route's `fencing.check`. `sequencer` is verified by the gateway (signature, lock,
+ * expiry: src/sequencer/) and then admitted as `token`; stores never see it.
+ */
+export type FenceCheck = AdmitCheck | 'sequencer';
 
 export interface AdmitRequest {
   lock: string;
   token: FencingToken;
-  check: FenceCheck;
+  check: AdmitCheck;
   /** Unique id of this in-flight write; used to finish() it. */
   requestId: string;
   /**

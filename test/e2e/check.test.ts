@@ -49,7 +49,7 @@ describe('fencegate check', () => {
       [
         `${F}/bad-values.yaml:6:16: upstreams.orders.timeoutMs: must be an integer (got "soon")`,
         `${F}/bad-values.yaml:9:20: routes[0].methods[1]: must be one of GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS (got "FETCH")`,
-        `${F}/bad-values.yaml:14:14: routes[0].fencing.check: must be one of token, lease (got "sequencer")`,
+        `${F}/bad-values.yaml:14:14: routes[0].fencing.check: must be one of token, lease, sequencer (got "signature")`,
       ],
     ],
     [

@@ -10,14 +10,20 @@
  *
  * A second case uses a `check: lease` route: the owner wakes after its lease expired but
  * before anyone else took the lock; its write is refused 409 lease-expired all the same
- * (docs/policy.md, a Chubby-style sequencer check). On Redis, Postgres and the embedded store.
+ * (docs/policy.md, a Chubby-style sequencer check).
+ *
+ * A third case uses a `check: sequencer` route: the woken owner's signed sequencer has
+ * expired (403), and the live token it can learn (from the issuer's API) gets it nothing
+ * either, alone or with its own sequencer. On Redis, Postgres and the embedded store.
  */
 import { randomBytes } from 'node:crypto';
 import { rm } from 'node:fs/promises';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { FencegateClient } from '../../src/client/index.js';
 import { formatViolation, type ClientOperation, type GrantRecord } from '../checker/index.js';
-import { startFencegate, type FencegateProcess } from '../helpers/procs.js';
+import { startFencegate, tempDir, type FencegateProcess } from '../helpers/procs.js';
+import { initKeyFile, writeKeyFile } from '../../src/sequencer/index.js';
+import { join } from 'node:path';
 import {
   checkRun,
   HistoryRecorder,
@@ -50,6 +56,7 @@ describe.each(KINDS)('paused owner (%s store)', (kind) => {
   let gateway: FencegateProcess | null = null;
   let child: ChildClient | null = null;
   let policyDir = '';
+  let keysDir = '';
 
   beforeAll(async () => {
     upstream = await startGatedUpstream();
@@ -63,9 +70,19 @@ describe.each(KINDS)('paused owner (%s store)', (kind) => {
         lock: 'leased:{orderId}',
         check: 'lease',
       },
+      {
+        name: 'sequenced-writes',
+        path: '/sequenced/orders/:orderId',
+        upstream: 'orders',
+        lock: 'sequenced:{orderId}',
+        check: 'sequencer',
+      },
     ]);
     policyDir = policy.dir;
-    gateway = await startFencegate([...store.args, '--policies', policy.file]);
+    keysDir = await tempDir('fg-fault-keys-');
+    const keys = join(keysDir, 'sequencer-keys.json');
+    await writeKeyFile(keys, initKeyFile(), { exclusive: true });
+    gateway = await startFencegate([...store.args, '--policies', policy.file, '--sequencer-keys', keys]);
   }, 60_000);
 
   afterEach(async () => {
@@ -78,6 +95,7 @@ describe.each(KINDS)('paused owner (%s store)', (kind) => {
     await upstream?.close();
     await store?.cleanup();
     if (policyDir) await rm(policyDir, { recursive: true, force: true });
+    if (keysDir) await rm(keysDir, { recursive: true, force: true });
   }, 60_000);
 
   it('refuses the woken owner’s write with its old token; it is never applied', async () => {
@@ -212,5 +230,93 @@ describe.each(KINDS)('paused owner (%s store)', (kind) => {
     history.merge(childRecords(child));
     const { result } = await checkRun(up.url, history, { only: (w) => w.lock === lock });
     expect(result.ok, formatViolation(result)).toBe(true);
+  }, 120_000);
+  it('check: sequencer refuses the woken owner, and the live token it learned gets it nothing', async () => {
+    const gw = gateway as FencegateProcess;
+    const up = upstream as GatedUpstream;
+    const history = new HistoryRecorder();
+    const tag = randomBytes(3).toString('hex');
+    const orderId = `sequenced-${tag}`;
+    const lock = `sequenced:${orderId}`;
+    const path = `/sequenced/orders/${orderId}`;
+    const ownerA = `owner-a-${tag}`;
+    const ownerB = `owner-b-${tag}`;
+    child = startChildClient('paused-owner.mjs', {
+      control: gw.control,
+      data: gw.data,
+      path,
+      lock,
+      owner: ownerA,
+      ttlMs: 600,
+      autoRenew: true,
+      runId: `sequenced-${tag}`,
+      sequencer: true,
+    });
+    const granted = await child.next('grant');
+    const grantA = granted.grant as GrantRecord;
+    const sequencerA = granted.sequencer as string;
+    expect(sequencerA).toMatch(/\./);
+    expect(((await child.next('op')).op as ClientOperation).acknowledged).toBe(true);
+    await child.next('ready');
+    child.signal('SIGSTOP');
+
+    const lockB = await history.acquire(gw.control, lock, ownerB, { ttlMs: 10_000, waitMs: 20_000 });
+    expect(lockB, 'owner B got the lock after A’s lease expired').not.toBeNull();
+    const tokenB = lockB?.fencingToken as string;
+    expect(BigInt(tokenB)).toBe(BigInt(grantA.token) + 1n);
+    const writeB = await history.write({
+      data: gw.data,
+      path,
+      lock,
+      token: tokenB,
+      sequencer: lockB?.sequencer ?? '',
+      writer: ownerB,
+      requestId: opId(ownerB),
+    });
+    expect(writeB.status).toBe(200);
+
+    child.sendLine('wake');
+    child.signal('SIGCONT');
+    await child.next('done');
+    const afterPause = child.events.find((e) => e.event === 'op' && e.label === 'after-pause');
+    const staleOp = afterPause?.op as ClientOperation;
+    const body = afterPause?.body as Record<string, unknown>;
+    expect(staleOp.token).toBe(grantA.token);
+    expect(staleOp.status, JSON.stringify(body)).toBe(403);
+    expect(body.type).toBe('urn:fencegate:token-invalid');
+    expect(String(body.detail)).toMatch(/expired/);
+    expect(await child.exited()).toBe(0);
+
+    // A learns the live token (here from the issuer's API; tA+1 or a 409 would tell it too).
+    const live = await new FencegateClient({ url: gw.control }).inspect(lock);
+    expect(live?.token).toBe(tokenB);
+    const alone = await history.write({
+      data: gw.data,
+      path,
+      lock,
+      token: tokenB,
+      writer: ownerA,
+      requestId: opId(ownerA),
+    });
+    expect(alone.problem).toBe('urn:fencegate:sequencer-required');
+    const withOwn = await history.write({
+      data: gw.data,
+      path,
+      lock,
+      token: tokenB,
+      sequencer: sequencerA,
+      writer: ownerA,
+      requestId: opId(ownerA),
+    });
+    expect(withOwn.problem).toBe('urn:fencegate:token-invalid');
+    for (const op of [staleOp, ...history.operations.filter((o) => o.writer === ownerA)]) {
+      expect(up.indexOf('received', op.requestId), `${op.requestId} reached the upstream`).toBe(-1);
+    }
+
+    history.merge(childRecords(child));
+    await lockB?.release();
+    const { result, writes } = await checkRun(up.url, history, { only: (w) => w.lock === lock });
+    expect(result.ok, formatViolation(result)).toBe(true);
+    expect(writes.filter((w) => w.id === orderId).map((w) => w.writer)).toEqual([ownerA, ownerB]);
   }, 120_000);
 });

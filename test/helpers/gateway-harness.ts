@@ -16,6 +16,7 @@ import type { SessionSettings } from '../../src/gateway/session.js';
 import { EventLog } from '../../src/observe/events.js';
 import { createMetrics, type Metrics } from '../../src/observe/metrics.js';
 import { formatPolicyError, PolicyHolder } from '../../src/policy/index.js';
+import type { KeyRing } from '../../src/sequencer/index.js';
 import type { Store } from '../../src/store/types.js';
 
 export interface UpstreamHit {
@@ -102,6 +103,7 @@ export async function startGateway(opts: {
   /** A pino logger for the listener (default: none). */
   logger?: FastifyBaseLogger;
   accessLog?: number;
+  sequencerKeys?: KeyRing | null;
 }): Promise<TestGateway> {
   const dir = await mkdtemp(join(tmpdir(), 'fg-gw-'));
   const file = join(dir, 'policy.yaml');
@@ -123,6 +125,7 @@ export async function startGateway(opts: {
     trustProxy: opts.trustProxy,
     storeBreaker: opts.storeBreaker,
     session: opts.session,
+    sequencerKeys: opts.sequencerKeys,
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const port = (app.server.address() as AddressInfo).port;

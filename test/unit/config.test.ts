@@ -34,6 +34,18 @@ describe('config', () => {
     expect(c.maxTtlMs).toBe(60000);
   });
 
+  it('sequencerKeys: none by default, from file, environment or flag', async () => {
+    expect(resolveConfig({}).sequencerKeys).toBeNull();
+    const dir = await mkdtemp(join(tmpdir(), 'fg-cfg-'));
+    const file = join(dir, 'c.yaml');
+    await writeFile(file, 'sequencerKeys: /etc/fencegate/keys.json\n');
+    expect(resolveConfig({ file }).sequencerKeys).toBe('/etc/fencegate/keys.json');
+    expect(resolveConfig({ file, env: { FENCEGATE_SEQUENCER_KEYS: '/env.json' } }).sequencerKeys).toBe(
+      '/env.json',
+    );
+    expect(resolveConfig({ file, flags: { sequencerKeys: '/flag.json' } }).sequencerKeys).toBe('/flag.json');
+  });
+
   it('names the file, line and field of a bad setting', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'fg-cfg-'));
     const file = join(dir, 'c.yaml');

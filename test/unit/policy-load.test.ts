@@ -32,7 +32,7 @@ const CASES: [string, string, string][] = [
   [
     'bad-enum.yaml',
     `${BROKEN}/bad-enum.yaml:11:14: routes[0].fencing.check: `,
-    'must be one of token, lease',
+    'must be one of token, lease, sequencer',
   ],
   ['bad-method.yaml', `${BROKEN}/bad-method.yaml:8:9: routes[0].methods[1]: `, '(got "FETCH")'],
   ['bad-version.yaml', `${BROKEN}/bad-version.yaml:2:10: version: `, 'must be 1 (got 2)'],

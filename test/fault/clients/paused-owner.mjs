@@ -5,9 +5,11 @@
 // next write at once, with the token it had before the pause — as a paused owner does,
 // not knowing it was paused. Every grant and write is reported as a JSON line on stdout.
 //
-// argv[2]: JSON {control, data, path, lock, owner, ttlMs, autoRenew, runId}
+// argv[2]: JSON {control, data, path, lock, owner, ttlMs, autoRenew, runId, sequencer?}
+// With `sequencer: true` every write also carries the lease's Fencing-Sequencer (as it
+// stood before the pause), and the grant line reports it.
 import { createInterface } from 'node:readline';
-import { FencegateClient, withFencingToken } from '../../../dist/client/index.js';
+import { FencegateClient, withFencingSequencer, withFencingToken } from '../../../dist/client/index.js';
 
 const cfg = JSON.parse(process.argv[2]);
 const emit = (o) => process.stdout.write(`${JSON.stringify(o)}\n`);
@@ -16,7 +18,7 @@ let n = 0;
 
 async function write(lock, label) {
   const requestId = `${cfg.runId}-${cfg.owner}-${++n}`;
-  const init = withFencingToken(
+  const tokenOnly = withFencingToken(
     {
       method: 'PUT',
       headers: { 'content-type': 'application/json', 'x-request-id': requestId, 'x-client-id': cfg.owner },
@@ -29,6 +31,7 @@ async function write(lock, label) {
     },
     lock.fencingToken,
   );
+  const init = cfg.sequencer ? withFencingSequencer(tokenOnly, lock.sequencer) : tokenOnly;
   let status;
   let body;
   try {
@@ -64,6 +67,7 @@ try {
   emit({
     event: 'grant',
     grant: { lock: cfg.lock, token: lock.fencingToken, owner: cfg.owner, leaseId: lock.leaseId },
+    ...(cfg.sequencer ? { sequencer: lock.sequencer } : {}),
   });
   await write(lock, 'before-pause');
   emit({ event: 'ready' });

@@ -31,6 +31,8 @@ export interface WriteRequest {
   lock: string;
   /** The token to send; null sends none. */
   token: string | null;
+  /** A Fencing-Sequencer to send as well (check: sequencer routes). */
+  sequencer?: string;
   writer: string;
   requestId: string;
   body?: unknown;
@@ -100,6 +102,7 @@ export class HistoryRecorder {
       'x-client-id': req.writer,
     };
     if (req.token !== null) headers['fencing-token'] = req.token;
+    if (req.sequencer !== undefined) headers['fencing-sequencer'] = req.sequencer;
     let result: WriteResult;
     try {
       const res = await fetch(`${req.data}${req.path}`, {

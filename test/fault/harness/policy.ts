@@ -21,7 +21,7 @@ export interface RouteSpec {
   /** Lock template; omitted: the route is not fenced. */
   lock?: string;
   methods?: string[];
-  check?: 'token' | 'lease';
+  check?: 'token' | 'lease' | 'sequencer';
   drainTimeoutMs?: number;
 }
 

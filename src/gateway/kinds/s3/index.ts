@@ -48,7 +48,20 @@ export const s3Kind: DownstreamKind = {
   fenceAt: 'gateway',
   routeFields: [],
   compileUpstream: compileS3Upstream,
-  compileRoute: () => ({ ok: true, target: {} }),
+  compileRoute: (raw) =>
+    raw.fencing?.check === 'sequencer'
+      ? {
+          ok: false,
+          errors: [
+            {
+              field: ['fencing', 'check'],
+              message:
+                'an s3 route cannot use "sequencer": the request reaches the storage exactly as signed, and a ' +
+                'Fencing-Sequencer header the client signed could be neither removed nor kept secret from it; use token or lease',
+            },
+          ],
+        }
+      : { ok: true, target: {} },
   writes(route, req): WriteSet {
     const set = s3Writes(route, { ...req, header: headerLookup(req.rawHeaders) });
     switch (set.kind) {

@@ -1,0 +1,50 @@
+/**
+ * Which key file a serving process uses. Explicit (`--sequencer-keys FILE`): the file
+ * must exist (made once with `fencegate keys init FILE` and given to every process that
+ * shares the store). Otherwise, on the embedded store, `<dir>/sequencer-keys.json`, made
+ * on first start: every worker on that directory reads the same file. On Postgres or
+ * Redis without a file, sequencers are off, and the log says so: a key made up by one
+ * process would not verify on the others.
+ */
+import { join } from 'node:path';
+import { storeKindOf } from '../store/index.js';
+import { KeyRing } from './keyring.js';
+import { initKeyFile, SequencerKeyError, writeKeyFile } from './keys.js';
+
+export const EMBEDDED_KEY_FILE = 'sequencer-keys.json';
+
+export async function openSequencerKeys(
+  configured: string | null,
+  storeSpec: string,
+  log: (line: string) => void,
+): Promise<KeyRing | null> {
+  const onError = (err: unknown) =>
+    log(
+      `sequencer keys: reload failed, keeping the last good keys: ${err instanceof Error ? err.message : String(err)}`,
+    );
+  if (configured !== null) {
+    return KeyRing.open(configured, { onError }).catch((err: unknown) => {
+      const missing = (err as { cause?: { code?: unknown } }).cause?.code === 'ENOENT';
+      if (!missing) throw err;
+      throw new SequencerKeyError(
+        `${(err as Error).message}; make one with: fencegate keys init ${configured} ` +
+          '(and give the same file to every process that shares the store)',
+      );
+    });
+  }
+  if (storeKindOf(storeSpec) !== 'embedded') {
+    log(
+      'sequencer keys: none (no --sequencer-keys FILE): acquire and renew answers carry no sequencer, ' +
+        'and routes with check: sequencer refuse every write',
+    );
+    return null;
+  }
+  const path = join(storeSpec, EMBEDDED_KEY_FILE);
+  try {
+    await writeKeyFile(path, initKeyFile(), { exclusive: true });
+    log(`sequencer keys: made ${path}`);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+  }
+  return KeyRing.open(path, { onError });
+}
