@@ -1,4 +1,3 @@
-import { connect } from 'node:net';
 import { request } from 'undici';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Store } from '../../src/store/types.js';
@@ -11,23 +10,7 @@ import {
   type TestUpstream,
 } from '../helpers/gateway-harness.js';
 import { MemoryStore } from '../helpers/memory-store.js';
-
-/** Sends raw bytes and returns everything the server sent until it closed (or 2 s passed). */
-function raw(port: number, text: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const socket = connect(port, '127.0.0.1');
-    let out = '';
-    socket.setTimeout(2000, () => socket.end());
-    socket.on('data', (d) => (out += d.toString('latin1')));
-    socket.on('close', () => resolve(out));
-    socket.on('error', reject);
-    socket.write(text);
-  });
-}
-
-function statusOf(response: string): number {
-  return Number(/^HTTP\/1\.1 (\d{3})/.exec(response)?.[1] ?? 0);
-}
+import { raw, statusOf } from '../helpers/raw-http.js';
 
 describe('gateway header hygiene', () => {
   let store: Store;

@@ -4,7 +4,6 @@
  * reaches it; what the upstream sends as the gateway's own headers never reaches the
  * client; Node's parser refusals are problems like every other refusal.
  */
-import { connect } from 'node:net';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Store } from '../../src/store/types.js';
@@ -17,19 +16,7 @@ import {
   type TestUpstream,
 } from '../helpers/gateway-harness.js';
 import { MemoryStore } from '../helpers/memory-store.js';
-
-/** Sends raw bytes and returns everything the server sent until it closed (or 2 s passed). */
-function raw(port: number, text: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const socket = connect(port, '127.0.0.1');
-    let out = '';
-    socket.setTimeout(2000, () => socket.end());
-    socket.on('data', (d) => (out += d.toString('latin1')));
-    socket.on('close', () => resolve(out));
-    socket.on('error', reject);
-    socket.write(text);
-  });
-}
+import { raw } from '../helpers/raw-http.js';
 
 function parse(response: string): { status: number; headers: string; body: unknown } {
   const end = response.indexOf('\r\n\r\n');

@@ -1,23 +1,8 @@
-import { mkdtemp, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { formatPolicyError, loadPolicies, splitRequestPath } from '../../src/policy/index.js';
+import { formatPolicyError, splitRequestPath } from '../../src/policy/index.js';
+import { loadRoutes } from '../helpers/policy-routes.js';
 
-async function load(routeLines: string[]) {
-  const file = join(await mkdtemp(join(tmpdir(), 'fg-params-')), 'p.yaml');
-  const text = [
-    'version: 1',
-    'upstreams:',
-    '  up:',
-    '    kind: http',
-    '    url: http://127.0.0.1:1',
-    'routes:',
-    ...routeLines,
-  ].join('\n');
-  await writeFile(file, text + '\n');
-  return { file, result: await loadPolicies(file) };
-}
+const load = loadRoutes;
 
 const ORDERS = [
   '  - name: order-writes',

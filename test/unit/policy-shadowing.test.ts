@@ -1,27 +1,10 @@
-import { mkdtemp, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { formatPolicyError, loadPolicies } from '../../src/policy/index.js';
 import { parsePathPattern } from '../../src/policy/path-pattern.js';
 import { pathsOverlap } from '../../src/policy/shadowing.js';
-
-const HEAD = [
-  'version: 1',
-  'upstreams:',
-  '  up:',
-  '    kind: http',
-  '    url: http://127.0.0.1:1',
-  'routes:',
-];
+import { loadRoutes } from '../helpers/policy-routes.js';
 
 /** A policy file whose routes are given as YAML lines (each route's lines indented by 2). */
-async function load(...routes: string[][]) {
-  const file = join(await mkdtemp(join(tmpdir(), 'fg-shadow-')), 'p.yaml');
-  await writeFile(file, [...HEAD, ...routes.flat()].join('\n') + '\n');
-  const result = await loadPolicies(file);
-  return { file, result, errors: result.ok ? [] : result.errors.map(formatPolicyError) };
-}
+const load = (...routes: string[][]) => loadRoutes(routes.flat());
 
 const route = (name: string, methods: string, path: string, extra: string[] = []) => [
   `  - name: ${name}`,
