@@ -135,6 +135,12 @@ export function splitRequestPath(rawPath: string): RequestPath {
       return { ok: false, reason: 'path segments must not encode "/", "\\" or NUL' };
     segments.push(decoded);
   }
+  // "/.." or "../" anywhere in the decoded path (`/orders/..x`, `/a../b`): the forwarding
+  // library (@fastify/reply-from) refuses such a path as traversal, after the fence has
+  // admitted the write. Refused here, before routing, so the fence never moves for it.
+  const decodedPath = segments.join('/');
+  if (decodedPath.startsWith('..') || decodedPath.includes('/..') || decodedPath.includes('../'))
+    return { ok: false, reason: 'path has ".." at the edge of a segment' };
   return { ok: true, segments };
 }
 

@@ -122,6 +122,24 @@ describe('request hygiene on the data listener', () => {
     expect(ok.statusCode).toBe(200);
   });
 
+  it('a path the forwarding library would refuse is refused before admission: the fence stays', async () => {
+    upstream.hits.length = 0;
+    for (const id of ['..x', '%2e%2ex', 'x..%2Fy']) {
+      const lock = `order:${decodeURIComponent(id)}`;
+      const own = await mint(store, lock);
+      const res = await request(`${gw.url}/orders/${id}`, {
+        method: 'PUT',
+        headers: { 'fencing-token': String(own.token) },
+        body: '{}',
+      });
+      const body = (await res.body.json()) as { type: string };
+      expect(res.statusCode, id).toBe(400);
+      expect(body.type).toBe('urn:fencegate:bad-request');
+      expect((await store.inspect(lock))?.highest ?? null, id).toBeNull();
+    }
+    expect(upstream.hits).toHaveLength(0);
+  });
+
   it('x-fencegate-* headers from the upstream never reach the client', async () => {
     const res = await request(`${gw.url}/orders/1`, {
       method: 'PUT',
