@@ -21,10 +21,10 @@
 import type { IncomingMessage } from 'node:http';
 import { Transform, type TransformCallback } from 'node:stream';
 import { ProblemError } from '../errors.js';
-import type { Metrics } from '../observe/metrics.js';
+import type { CUT_REASONS, Metrics } from '../observe/metrics.js';
 import { sessionLapsed, type SessionLease } from './session.js';
 
-export type CutReason = 'body-idle' | 'upload-time' | 'upstream-late' | 'session-lapsed';
+export type CutReason = (typeof CUT_REASONS)[number];
 
 /** The error undici and reply-from see for a request the gateway cut; carries the problem to send. */
 export class ForwardCutError extends Error {
@@ -102,6 +102,11 @@ export class ForwardGuard {
     const elapsed = this.sentAt < 0 ? 0 : performance.now() - this.sentAt;
     const left = Math.max(0, this.settings.timeoutMs - elapsed);
     this.headersTimer = setTimeout(() => this.cutFor('upstream-late'), left);
+  }
+
+  /** The final response cannot be passed on unchanged (foreignTransferCoding): 502, upstream request aborted. */
+  unforwardableAnswer(): ForwardCutError {
+    return this.cutFor('upstream-encoding');
   }
 
   /** Response headers arrived (statusCode ≥ 200; interim 1xx responses do not count). */
@@ -221,7 +226,36 @@ function problemFor(reason: CutReason, s: GuardSettings, sent = false): ProblemE
       );
     case 'session-lapsed':
       return sessionLapsed(s.lock, sent);
+    case 'upstream-encoding':
+      return new ProblemError(
+        'upstream-unavailable',
+        `upstream "${s.upstream}" answered with a transfer-coding other than chunked (such as gzip), ` +
+          'which the gateway cannot pass on unchanged; it may have applied the request',
+        { upstream: s.upstream },
+      );
   }
+}
+
+/**
+ * True when a response's Transfer-Encoding names a coding besides `chunked` (`gzip`,
+ * `chunked, gzip`): the gateway would pass on the body undecoded under a plain chunked
+ * framing, silently changing what the client receives.
+ */
+export function foreignTransferCoding(rawHeaders: readonly Buffer[]): boolean {
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i];
+    if (
+      name === undefined ||
+      name.length !== 17 ||
+      name.toString('latin1').toLowerCase() !== 'transfer-encoding'
+    )
+      continue;
+    for (const coding of (rawHeaders[i + 1]?.toString('latin1') ?? '').split(',')) {
+      const c = coding.trim().toLowerCase();
+      if (c !== '' && c !== 'chunked') return true;
+    }
+  }
+  return false;
 }
 
 /** True when the client is still sending a body (declared and not yet fully received). */
@@ -301,8 +335,13 @@ export class GuardedHandler implements LegacyHandler {
     resume: () => void,
     statusText: string,
   ): boolean | void {
-    if (statusCode >= 200) this.guard.responded();
-    else this.guard.interim();
+    if (statusCode >= 200) {
+      if (foreignTransferCoding(rawHeaders)) {
+        this.guard.unforwardableAnswer();
+        return false;
+      }
+      this.guard.responded();
+    } else this.guard.interim();
     return this.inner.onHeaders?.(statusCode, rawHeaders, resume, statusText);
   }
 

@@ -66,7 +66,14 @@ export const DEFAULT_TOTAL_GAUGES = [
 ] as const;
 
 const DRAIN_OUTCOMES = ['cleared', 'timeout', 'aborted', 'lapsed', 'error'] as const;
-const CUT_REASONS = ['body-idle', 'upload-time', 'upstream-late', 'session-lapsed'] as const;
+/** Why the gateway cut a forwarded request (fencegate_forwards_cut_total{reason}; ForwardGuard). */
+export const CUT_REASONS = [
+  'body-idle',
+  'upload-time',
+  'upstream-late',
+  'session-lapsed',
+  'upstream-encoding',
+] as const;
 
 /** One counter series as a plain number: `tally.n += 1` on the hot path. */
 export interface Tally {

@@ -4,6 +4,7 @@
  * reaches it; what the upstream sends as the gateway's own headers never reaches the
  * client; Node's parser refusals are problems like every other refusal.
  */
+import { createServer as createNetServer, type AddressInfo, type Server } from 'node:net';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Store } from '../../src/store/types.js';
@@ -232,5 +233,48 @@ routes:
     });
     await ok.body.text();
     expect(ok.statusCode).toBe(200);
+  });
+});
+
+describe('an answer the gateway cannot pass on unchanged', () => {
+  let store: Store;
+  let upstream: Server;
+  let url = '';
+  let gw: TestGateway;
+  const answers: Record<string, string> = {
+    gzip: 'Transfer-Encoding: gzip\r\nConnection: close\r\n\r\nnot-really-gzip',
+    'chunked-then-gzip': 'Transfer-Encoding: chunked, gzip\r\nConnection: close\r\n\r\nraw',
+    chunked: 'Transfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n',
+  };
+
+  beforeAll(async () => {
+    store = new MemoryStore();
+    // A raw upstream: Node's own server would not send these framings.
+    upstream = createNetServer((socket) => {
+      socket.once('data', (d) => {
+        const kind = /^GET \/orders\/([a-z-]+)/.exec(d.toString('latin1'))?.[1] ?? 'chunked';
+        socket.end(`HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n${answers[kind] ?? answers.chunked}`);
+      });
+    });
+    await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve));
+    url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+    gw = await startGateway({ store, policy: ordersPolicy(url) });
+  });
+  afterAll(async () => {
+    await gw.close();
+    await new Promise((resolve) => upstream.close(resolve));
+  });
+
+  it('a transfer-coding besides chunked is 502 upstream-unavailable, not a silently different body', async () => {
+    for (const kind of ['gzip', 'chunked-then-gzip']) {
+      const res = await request(`${gw.url}/orders/${kind}`);
+      const body = (await res.body.json()) as { type: string; detail: string };
+      expect(res.statusCode, kind).toBe(502);
+      expect(body.type).toBe('urn:fencegate:upstream-unavailable');
+      expect(body.detail).toContain('transfer-coding');
+    }
+    const plain = await request(`${gw.url}/orders/chunked`);
+    expect(plain.statusCode).toBe(200);
+    expect(await plain.body.text()).toBe('ok');
   });
 });
