@@ -63,6 +63,15 @@ describe('fencegate check', () => {
       ],
     ],
     [
+      'an unfenced route listed before the fenced route whose writes it would take',
+      'shadowing.yaml',
+      [
+        `${F}/shadowing.yaml:9:11: routes[0].path: route "open" comes first and takes writes that the fenced route ` +
+          `"order-writes" (${F}/shadowing.yaml:11) declares, but it is not fenced (PUT): move "order-writes" above it, ` +
+          'narrow its path or methods, fence it with the same lock, or, if it must take them, list "order-writes" in its "shadows"',
+      ],
+    ],
+    [
       'a duplicate upstream across files and fencing without a lock',
       'broken-dir',
       [
