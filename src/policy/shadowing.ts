@@ -2,7 +2,8 @@
  * Routes are matched first to last, so an earlier route takes every request it matches.
  * When that request is one a later fenced route declares, the earlier route decides how
  * the write is handled: if it is unfenced, in shadow mode, or fenced by a different lock,
- * the write reaches the upstream without the fence the later route promises. Such a
+ * the write reaches the upstream without the fence the later route promises (so too under
+ * a weaker check: `token` before `sequencer`). Such a
  * policy is refused, naming both routes, rather than loaded with a fence that never runs,
  * unless the earlier route lists the later one in `shadows` (taking them is its purpose).
  *
@@ -15,6 +16,7 @@
 import type { CompiledRoute } from './model.js';
 import type { PathPattern } from './path-pattern.js';
 import type { TemplatePart } from './template.js';
+import type { FenceCheck } from '../store/types.js';
 
 export interface Shadowing {
   /** Index (in route order) of the route that takes the requests. */
@@ -41,10 +43,18 @@ export function findShadowing(routes: readonly CompiledRoute[]): Shadowing[] {
   return found;
 }
 
+/**
+ * What a check stops, in order: `token` a stale owner; `lease` also an owner whose lease
+ * lapsed; `sequencer` also a client that learnt or guessed a token number.
+ */
+const CHECK_STRENGTH: Record<FenceCheck, number> = { token: 0, lease: 1, sequencer: 2 };
+
 /** Why `earlier` does not fence the requests it takes from `later` as `later` would; null when it does. */
 function weaker(earlier: CompiledRoute, later: CompiledRoute): string | null {
   if (earlier.lock === null || earlier.fencing === null) return 'it is not fenced';
   if (later.fencing?.enforce === true && !earlier.fencing.enforce) return 'it only shadows the fence';
+  const [mine, theirs] = [earlier.fencing.check, later.fencing?.check ?? 'token'];
+  if (CHECK_STRENGTH[mine] < CHECK_STRENGTH[theirs]) return `its check "${mine}" is weaker than "${theirs}"`;
   if (!sameLock(earlier, later))
     return `its lock "${earlier.lock.source}" differs from "${later.lock?.source}"`;
   return null;

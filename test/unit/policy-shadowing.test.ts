@@ -36,7 +36,7 @@ describe('policy loading refuses an earlier route that takes a later fenced rout
     expect(errors.join()).toContain('route "special" comes first');
   });
 
-  it('a route fenced by a different lock, and a shadow-mode route before an enforced one', async () => {
+  it('a route fenced by a different lock, a shadow-mode route before an enforced one, a weaker check', async () => {
     const other = await load(
       fenced('by-tenant', 'PUT', '/orders/:id', 'tenant:{id}'),
       fenced('order-writes', 'PUT', '/orders/:id', 'order:{id}'),
@@ -47,6 +47,16 @@ describe('policy loading refuses an earlier route that takes a later fenced rout
       fenced('order-writes', 'PUT', '/orders/:id', 'order:{id}'),
     );
     expect(shadow.errors.join()).toContain('it only shadows the fence');
+    const weaker = await load(
+      fenced('by-token', 'PUT', '/orders/:id', 'order:{id}'),
+      fenced('order-writes', 'PUT', '/orders/:id', 'order:{id}', ['fencing: { check: sequencer }']),
+    );
+    expect(weaker.errors.join()).toContain('its check "token" is weaker than "sequencer"');
+    const stronger = await load(
+      fenced('signed', 'PUT', '/orders/:id', 'order:{id}', ['fencing: { check: sequencer }']),
+      fenced('order-writes', 'PUT', '/orders/:id', 'order:{id}', ['fencing: { check: lease }']),
+    );
+    expect(stronger.errors).toEqual([]);
   });
 
   it('accepts routes that cannot take each other’s writes, or fence them with the same key', async () => {
