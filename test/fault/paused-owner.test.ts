@@ -127,7 +127,9 @@ describe.each(KINDS)('paused owner (%s store)', (kind) => {
       path: `/orders/${orderId}`,
       lock,
       owner: ownerA,
-      ttlMs: 600,
+      // Long enough for the grant to arrive in time on a loaded machine (the embedded store
+      // answered an acquire later than 600 ms minus the client's margin once in CI).
+      ttlMs: 2000,
       autoRenew: true,
       runId: `paused-${tag}`,
     });
@@ -197,7 +199,7 @@ describe.each(KINDS)('paused owner (%s store)', (kind) => {
       path: `/leased/orders/${orderId}`,
       lock,
       owner: `owner-${tag}`,
-      ttlMs: 500,
+      ttlMs: 2000, // as above: the grant must arrive within it on a loaded machine
       autoRenew: true,
       runId: `lapsed-${tag}`,
     });
@@ -247,7 +249,9 @@ describe.each(KINDS)('paused owner (%s store)', (kind) => {
       path,
       lock,
       owner: ownerA,
-      ttlMs: 600,
+      // Long enough for the grant to arrive in time on a loaded machine (the embedded store
+      // answered an acquire later than 600 ms minus the client's margin once in CI).
+      ttlMs: 2000,
       autoRenew: true,
       runId: `sequenced-${tag}`,
       sequencer: true,
