@@ -121,7 +121,9 @@ export function splitRequestPath(rawPath: string): RequestPath {
     return { ok: false, reason: 'path has characters that must be percent-encoded (such as "#")' };
   }
   const segments: string[] = [];
-  for (const raw of rawPath.split('/')) {
+  const parts = rawPath.split('/');
+  for (let i = 0; i < parts.length; i++) {
+    const raw = parts[i] ?? '';
     if (raw.length === 0) continue;
     let decoded: string;
     try {
@@ -133,14 +135,13 @@ export function splitRequestPath(rawPath: string): RequestPath {
       return { ok: false, reason: 'path must not contain dot segments' };
     if (/[/\\\0]/.test(decoded))
       return { ok: false, reason: 'path segments must not encode "/", "\\" or NUL' };
+    // "/.." or "../" in the decoded path (`/orders/..x`, `/a../b`, `/orders/x../`): the
+    // forwarding library (@fastify/reply-from) refuses such a path as traversal, after the
+    // fence has admitted the write. Refused here, before routing, so the fence never moves.
+    if (decoded.startsWith('..') || (decoded.endsWith('..') && i < parts.length - 1))
+      return { ok: false, reason: 'path has ".." at the edge of a segment' };
     segments.push(decoded);
   }
-  // "/.." or "../" anywhere in the decoded path (`/orders/..x`, `/a../b`): the forwarding
-  // library (@fastify/reply-from) refuses such a path as traversal, after the fence has
-  // admitted the write. Refused here, before routing, so the fence never moves for it.
-  const decodedPath = segments.join('/');
-  if (decodedPath.startsWith('..') || decodedPath.includes('/..') || decodedPath.includes('../'))
-    return { ok: false, reason: 'path has ".." at the edge of a segment' };
   return { ok: true, segments };
 }
 
