@@ -67,7 +67,7 @@ export async function buildControl(opts: {
     http: HTTP_SERVER_OPTIONS,
     ...httpsOption(opts.tls),
   });
-  opts.tls?.attach(app.server as unknown as TlsServer);
+  opts.tls?.attach(app.server as unknown as TlsServer, app.log);
   installProblemHandlers(app, 'not-found');
   refuseUnknownExpectations(app.server);
   app.addHook('onRequest', (request, reply, done) => {

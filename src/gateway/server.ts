@@ -92,7 +92,7 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   }) as unknown as FastifyInstance;
 
   // 100 Continue is sent by the forward step once the fence admitted the request, not on arrival.
-  opts.tls?.attach(app.server as unknown as TlsServer);
+  opts.tls?.attach(app.server as unknown as TlsServer, app.log);
   deferContinue(app.server);
   refuseUnknownExpectations(app.server);
 

@@ -125,9 +125,15 @@ export class ListenerTls {
     this.current = fingerprintOf(this.initial);
   }
 
-  /** The server whose context reload() replaces. */
-  attach(server: TlsServer): void {
+  /**
+   * The server whose context reload() replaces. Refused handshakes (no client certificate,
+   * another CA, plain HTTP) are logged at debug: at info a scanner could flood the log.
+   */
+  attach(server: TlsServer, log: { debug(obj: object, msg: string): void }): void {
     this.server = server;
+    server.on('tlsClientError', (err: NodeJS.ErrnoException, socket: TLSSocket) => {
+      log.debug({ code: err.code ?? null, client: socket.remoteAddress ?? null }, 'TLS handshake refused');
+    });
   }
 
   /**

@@ -129,6 +129,36 @@ describe('TLS listeners', () => {
   });
 });
 
+describe('the TypeScript client over mTLS', () => {
+  it('acquires on the mTLS control listener and writes through the https data listener (fetch with an undici Agent)', async () => {
+    // As docs/client.md shows: one dispatcher with the CA and the client certificate.
+    const { Agent, fetch: undiciFetch } = await import('undici');
+    const dispatcher = new Agent({
+      connect: {
+        ca: certs.read(certs.ca.cert),
+        cert: certs.read(certs.client.cert),
+        key: certs.read(certs.client.key),
+      },
+    });
+    const { FencegateClient } = await import('../../src/client/index.js');
+    const fg = new FencegateClient({
+      url: server.control,
+      fetch: ((url: string, init?: RequestInit) =>
+        undiciFetch(url, { ...(init as object), dispatcher })) as unknown as typeof fetch,
+    });
+    try {
+      await fg.withLock('tls:1', { owner: 'w1', ttlMs: 5_000 }, async (lock) => {
+        expect(lock.token > 0n).toBe(true);
+        const res = await lock.fetch(`${server.data}/pinned/through-sdk`);
+        expect(res.status).toBe(200);
+        expect(await res.json()).toEqual({ upstream: 'private', path: '/pinned/through-sdk' });
+      });
+    } finally {
+      await dispatcher.close();
+    }
+  });
+});
+
 describe('certificate reload', () => {
   it('swaps the certificate for new connections; one open before keeps working; a bad file keeps the old', async () => {
     const before = certs.fingerprint(certs.server.cert);

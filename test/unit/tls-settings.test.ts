@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, resolveConfig } from '../../src/config.js';
 import { listenerTlsOptions, peerCertificate } from '../../src/http/tls.js';
 import { formatPolicyError, loadPolicies } from '../../src/policy/index.js';
+import { compilePostgresUpstream } from '../../src/gateway/kinds/postgres/settings.js';
 import { checkStoreSpec } from '../../src/store/index.js';
 import { pgConnection, sslParamsProblem } from '../../src/store/sql/pg-ssl.js';
 import { httpsRequest, makeTestCerts, type TestCerts } from '../helpers/tls-certs.js';
@@ -162,6 +163,31 @@ describe('postgres sslmode', () => {
     expect(() => pgConnection(`postgres://db/x?sslmode=verify-full&sslrootcert=${missing}`)).toThrow(
       `sslrootcert ${missing}: cannot read (ENOENT)`,
     );
+  });
+});
+
+describe('postgres upstream (kind: postgres) sslmode', () => {
+  it('checks the parameters and files when the policy loads, at the url field', () => {
+    const prefer = compilePostgresUpstream({ url: 'postgres://app:pw@db/shop?sslmode=prefer' }, {});
+    expect(prefer).toMatchObject({
+      ok: false,
+      errors: [{ field: 'url', message: expect.stringMatching(/falls back/) }],
+    });
+    const missing = join(certs.dir, 'missing.pem');
+    const noFile = compilePostgresUpstream(
+      { url: `postgres://app:hunter2@db/shop?sslmode=verify-full&sslrootcert=${missing}` },
+      {},
+    );
+    expect(noFile).toMatchObject({
+      ok: false,
+      errors: [{ field: 'url', message: `sslrootcert ${missing}: cannot read (ENOENT)` }],
+    });
+    expect(JSON.stringify(noFile)).not.toContain('hunter2');
+    const ok = compilePostgresUpstream(
+      { url: `postgres://db/shop?sslmode=verify-full&sslrootcert=${certs.ca.cert}` },
+      {},
+    );
+    expect(ok.ok).toBe(true);
   });
 });
 
