@@ -223,13 +223,22 @@ describe('https upstreams', () => {
     );
   });
 
-  it('--upstream-ca makes upstreams without their own CA trust it', async () => {
-    const other = await startServer(resolveConfig({ flags: settings({ upstreamCa: certs.ca.cert }) }));
+  it('--upstream-ca makes upstreams without their own CA trust it, and follows the file on reload', async () => {
+    const upstreamCa = join(certs.dir, 'upstream-ca.pem');
+    copyFileSync(certs.otherCa.cert, upstreamCa);
+    const other = await startServer(resolveConfig({ flags: settings({ upstreamCa }) }));
     try {
       expect(other.data).toMatch(/^http:\/\//);
+      // Another CA than the upstream's: refused, 502.
+      const refused = await fetch(`${other.data}/unpinned/b`);
+      expect(refused.status).toBe(502);
+      copyFileSync(certs.ca.cert, upstreamCa);
+      expect(other.reloadTls('SIGHUP')).toEqual({ ok: true, changed: ['upstream CA'], errors: [] });
       const r = await fetch(`${other.data}/unpinned/b`);
       expect(r.status).toBe(200);
       expect(await r.json()).toEqual({ upstream: 'private', path: '/unpinned/b' });
+      // An upstream with its own tls.ca keeps using it.
+      expect((await fetch(`${other.data}/pinned/b`)).status).toBe(200);
     } finally {
       await other.close();
     }
