@@ -110,6 +110,21 @@ describe('TLS listeners', () => {
     expect(JSON.parse(control.text)).toEqual({ ok: true });
   });
 
+  it('the HTTP server options hold over TLS: a request without Host is a problem, not a bare 400', async () => {
+    const { connect } = await import('node:tls');
+    const u = new URL(server.data);
+    const socket = connect({ host: u.hostname, port: Number(u.port), ca: certs.read(certs.ca.cert) });
+    let answer = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (d: string) => (answer += d));
+    await once(socket, 'secureConnect');
+    socket.end('GET /pinned/x HTTP/1.1\r\nconnection: close\r\n\r\n');
+    await once(socket, 'close');
+    expect(answer).toMatch(/^HTTP\/1\.1 400 /);
+    expect(answer).toMatch(/content-type: application\/problem\+json/i);
+    expect(answer).toContain('urn:fencegate:bad-request');
+  });
+
   it('a plain-HTTP request to a TLS listener gets no answer as HTTP', async () => {
     await expect(fetch(server.data.replace('https:', 'http:') + '/pinned/x')).rejects.toThrow();
   });
