@@ -159,6 +159,20 @@ describe('postgres sslmode', () => {
       ssl: false,
     });
     expect(pgConnection('postgres://db/x')).toEqual({ connectionString: 'postgres://db/x', ssl: false });
+    const withClient = pgConnection(
+      `postgres://db/x?sslmode=verify-full&sslrootcert=${ca}&sslcert=${certs.client.cert}&sslkey=${certs.client.key}`,
+    );
+    expect(withClient.ssl).toMatchObject({
+      cert: certs.read(certs.client.cert).trim(),
+      key: certs.read(certs.client.key),
+    });
+    expect(() =>
+      pgConnection(
+        `postgres://db/x?sslmode=verify-full&sslcert=${certs.client.cert}&sslkey=${certs.server.key}`,
+      ),
+    ).toThrow(
+      `postgres client key ${certs.server.key}: does not match the certificate in ${certs.client.cert}`,
+    );
     const missing = join(certs.dir, 'missing.pem');
     expect(() => pgConnection(`postgres://db/x?sslmode=verify-full&sslrootcert=${missing}`)).toThrow(
       `sslrootcert ${missing}: cannot read (ENOENT)`,
