@@ -7,7 +7,8 @@ import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dropRedisPrefix, randomNamespace, waitFor } from '../helpers/e2e.js';
-import { runCli, startFencegate, type FencegateProcess } from '../helpers/procs.js';
+import { freePort, runCli, startFencegate, type FencegateProcess } from '../helpers/procs.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { httpsRequest, keepAliveAgent, makeTestCerts, type TestCerts } from '../helpers/tls-certs.js';
 
 let certs: TestCerts;
@@ -151,5 +152,60 @@ describe('fencegate serve with TLS', () => {
     expect(half.stderr).toBe(
       'fencegate: --tls-cert needs --tls-key (a certificate and its key go together)\n',
     );
+  }, 60_000);
+});
+
+describe('fencegate epoch bump on rediss:// with --store-ca', () => {
+  let redis: RedisServer;
+  let url: string;
+
+  beforeAll(async () => {
+    const tlsPort = await freePort();
+    redis = await startRedisServer([
+      '--port',
+      '0',
+      '--tls-port',
+      String(tlsPort),
+      '--tls-cert-file',
+      certs.server.cert,
+      '--tls-key-file',
+      certs.server.key,
+      '--tls-ca-cert-file',
+      certs.ca.cert,
+      '--tls-auth-clients',
+      'no',
+    ]);
+    url = `rediss://127.0.0.1:${tlsPort}`;
+  }, 30_000);
+
+  afterAll(async () => {
+    await redis?.stop();
+  });
+
+  it('connects with the CA; without it, one line naming the certificate problem', async () => {
+    const ok = await runCli([
+      'epoch',
+      'bump',
+      '--store',
+      url,
+      '--store-ca',
+      certs.ca.cert,
+      '--allow-volatile-redis',
+    ]);
+    expect(ok.stderr).toBe('');
+    expect(ok.code).toBe(0);
+    expect(ok.stdout).toMatch(/^new epoch /);
+    const missing = join(certs.dir, 'missing-ca.pem');
+    const noFile = await runCli([
+      'epoch',
+      'bump',
+      '--store',
+      url,
+      '--store-ca',
+      missing,
+      '--allow-volatile-redis',
+    ]);
+    expect(noFile.code).toBe(2);
+    expect(noFile.stderr).toBe(`fencegate: store CA ${missing}: cannot read (ENOENT)\n`);
   }, 60_000);
 });
