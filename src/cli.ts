@@ -19,7 +19,7 @@ Usage:
   fencegate serve [options]      run the issuer, gateway and control API
   fencegate check PATH...        validate policy files or directories; exit 1 on errors
   fencegate init [DIR]           write commented example policies to DIR/policies (default .); never overwrites
-  fencegate epoch bump --store S start a new token epoch (after restoring a store backup)
+  fencegate epoch bump --store S [--store-ca FILE]   start a new token epoch (after restoring a store backup)
   fencegate keys init|add|promote|prune FILE   make or rotate a sequencer key file (docs/security.md)
   fencegate --help | --version
 
@@ -39,13 +39,25 @@ serve options (environment variable in brackets):
   --sequencer-keys FILE                sequencer key file, the same for every process on the store
                                        [FENCEGATE_SEQUENCER_KEYS] (default: <dir>/sequencer-keys.json on the
                                        embedded store, none on Postgres/Redis)
+  --tls-cert FILE --tls-key FILE       serve the data listener over HTTPS with this certificate chain and key (PEM)
+                                       [FENCEGATE_TLS_CERT, FENCEGATE_TLS_KEY]; re-read on SIGHUP
+  --tls-client-ca FILE                 data listener mTLS: refuse clients without a certificate from this CA
+                                       [FENCEGATE_TLS_CLIENT_CA]
+  --control-tls-cert FILE --control-tls-key FILE
+                                       the same for the control listener [FENCEGATE_CONTROL_TLS_CERT, FENCEGATE_CONTROL_TLS_KEY]
+  --control-tls-client-ca FILE         control listener mTLS [FENCEGATE_CONTROL_TLS_CLIENT_CA]
+  --upstream-ca FILE                   CA bundle trusted (besides the built-in roots) by https upstreams without
+                                       their own tls.ca in the policy [FENCEGATE_UPSTREAM_CA]; re-read on SIGHUP
+  --store-ca FILE                      CA bundle a rediss:// store's certificate must chain to [FENCEGATE_STORE_CA]
+                                       (Postgres: sslmode=verify-full&sslrootcert=FILE in the URL)
   --log-level LEVEL                    fatal|error|warn|info|debug|trace|silent [FENCEGATE_LOG_LEVEL] (default info)
   --log-format json|pretty             one JSON object per line, or readable [FENCEGATE_LOG_FORMAT]
                                        (default pretty when stdout is a terminal, else json)
   --access-log on|off|FRACTION         a log line per data-listener request at info; a fraction such as
                                        0.01 logs that share of them [FENCEGATE_ACCESS_LOG] (default on)
 Port 0 picks a free port; the addresses actually bound are logged at start (the line with
-"listening data=URL control=URL", shown at every log level but silent).
+"listening data=URL control=URL", shown at every log level but silent; https:// with TLS).
+SIGHUP reloads the policies, the sequencer key file and the TLS files (docs/security.md#tls).
 `;
 
 function fail(message: string): number {
@@ -82,6 +94,7 @@ export async function main(argv: string[]): Promise<number> {
     }
   } catch (err) {
     if (err instanceof ConfigError || (err instanceof TypeError && 'code' in err)) return fail(err.message);
+    if (err instanceof Error && err.name === 'TlsFileError') return fail(err.message);
     if (err instanceof Error && ['SequencerKeyError', 'TypeError'].includes(err.name) && command === 'keys')
       return fail(err.message);
     if (command === 'keys' && (err as NodeJS.ErrnoException).code === 'EEXIST')
@@ -108,6 +121,14 @@ async function serve(args: string[]): Promise<number> {
       'store-reset-timeout-ms': { type: 'string' },
       'session-ttl-ms': { type: 'string' },
       'sequencer-keys': { type: 'string' },
+      'tls-cert': { type: 'string' },
+      'tls-key': { type: 'string' },
+      'tls-client-ca': { type: 'string' },
+      'control-tls-cert': { type: 'string' },
+      'control-tls-key': { type: 'string' },
+      'control-tls-client-ca': { type: 'string' },
+      'upstream-ca': { type: 'string' },
+      'store-ca': { type: 'string' },
       'log-level': { type: 'string' },
       'log-format': { type: 'string' },
       'access-log': { type: 'string' },
@@ -126,6 +147,14 @@ async function serve(args: string[]): Promise<number> {
     storeResetTimeoutMs: values['store-reset-timeout-ms'],
     sessionTtlMs: values['session-ttl-ms'],
     sequencerKeys: values['sequencer-keys'],
+    tlsCert: values['tls-cert'],
+    tlsKey: values['tls-key'],
+    tlsClientCa: values['tls-client-ca'],
+    controlTlsCert: values['control-tls-cert'],
+    controlTlsKey: values['control-tls-key'],
+    controlTlsClientCa: values['control-tls-client-ca'],
+    upstreamCa: values['upstream-ca'],
+    storeCa: values['store-ca'],
     logLevel: values['log-level'],
     logFormat: values['log-format'],
     accessLog: values['access-log'],
@@ -161,6 +190,7 @@ async function serve(args: string[]): Promise<number> {
     const onTerm = () => stop('SIGTERM');
     const onInt = () => stop('SIGINT');
     const onHup = () => {
+      server.reloadTls('SIGHUP');
       void server.reload('SIGHUP');
       void server.sequencerKeys?.reload();
     };
@@ -207,6 +237,7 @@ async function epoch(args: string[]): Promise<number> {
     options: {
       store: { type: 'string' },
       'store-namespace': { type: 'string' },
+      'store-ca': { type: 'string' },
       'allow-volatile-redis': { type: 'boolean' },
     },
   });
@@ -217,12 +248,15 @@ async function epoch(args: string[]): Promise<number> {
     flags: {
       ...(values.store ? { store: values.store } : {}),
       ...(values['store-namespace'] ? { storeNamespace: values['store-namespace'] } : {}),
+      ...(values['store-ca'] ? { storeCa: values['store-ca'] } : {}),
     },
   });
   const { openStore } = await import('./store/index.js');
+  const { readCertificates } = await import('./http/tls.js');
   const store = await openStore(config.store, {
     allowVolatileRedis: values['allow-volatile-redis'] ?? config.allowVolatileRedis,
     ...(config.storeNamespace ? { namespace: config.storeNamespace } : {}),
+    ...(config.storeCa === null ? {} : { tlsCa: readCertificates(config.storeCa, 'store CA') }),
   });
   try {
     const e = await store.bumpEpoch();

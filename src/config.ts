@@ -40,6 +40,19 @@ export interface ServeConfig {
    * `<dir>/sequencer-keys.json` (made on first start); no sequencers on other stores.
    */
   sequencerKeys: string | null;
+  /** Data listener TLS: certificate chain and key (PEM files); both or neither. Null: plain HTTP. */
+  tlsCert: string | null;
+  tlsKey: string | null;
+  /** Data listener mTLS: clients must present a certificate from this CA (PEM bundle). */
+  tlsClientCa: string | null;
+  /** Control listener TLS, as for the data listener (its own files: no fallback between listeners). */
+  controlTlsCert: string | null;
+  controlTlsKey: string | null;
+  controlTlsClientCa: string | null;
+  /** CA bundle trusted, besides Node's built-in roots, by https upstreams without their own `tls.ca`. */
+  upstreamCa: string | null;
+  /** CA bundle that a rediss:// store's certificate must chain to (instead of Node's built-in roots). */
+  storeCa: string | null;
   logLevel: LogLevel;
   /** null: pretty when stdout is a terminal, else json. */
   logFormat: LogFormat | null;
@@ -63,6 +76,14 @@ export const DEFAULTS: ServeConfig = Object.freeze({
   storeResetTimeoutMs: 5_000,
   sessionTtlMs: 6_000,
   sequencerKeys: null,
+  tlsCert: null,
+  tlsKey: null,
+  tlsClientCa: null,
+  controlTlsCert: null,
+  controlTlsKey: null,
+  controlTlsClientCa: null,
+  upstreamCa: null,
+  storeCa: null,
   logLevel: 'info',
   logFormat: null,
   accessLog: 1,
@@ -138,6 +159,14 @@ const KEYS: Record<keyof ServeConfig, Kind> = {
   storeResetTimeoutMs: 'int',
   sessionTtlMs: 'int',
   sequencerKeys: 'string',
+  tlsCert: 'string',
+  tlsKey: 'string',
+  tlsClientCa: 'string',
+  controlTlsCert: 'string',
+  controlTlsKey: 'string',
+  controlTlsClientCa: 'string',
+  upstreamCa: 'string',
+  storeCa: 'string',
   logLevel: 'level',
   logFormat: 'format',
   accessLog: 'sample',
@@ -155,6 +184,14 @@ export const ENV_VARS: Partial<Record<keyof ServeConfig, string>> = {
   storeResetTimeoutMs: 'FENCEGATE_STORE_RESET_TIMEOUT_MS',
   sessionTtlMs: 'FENCEGATE_SESSION_TTL_MS',
   sequencerKeys: 'FENCEGATE_SEQUENCER_KEYS',
+  tlsCert: 'FENCEGATE_TLS_CERT',
+  tlsKey: 'FENCEGATE_TLS_KEY',
+  tlsClientCa: 'FENCEGATE_TLS_CLIENT_CA',
+  controlTlsCert: 'FENCEGATE_CONTROL_TLS_CERT',
+  controlTlsKey: 'FENCEGATE_CONTROL_TLS_KEY',
+  controlTlsClientCa: 'FENCEGATE_CONTROL_TLS_CLIENT_CA',
+  upstreamCa: 'FENCEGATE_UPSTREAM_CA',
+  storeCa: 'FENCEGATE_STORE_CA',
   logLevel: 'FENCEGATE_LOG_LEVEL',
   logFormat: 'FENCEGATE_LOG_FORMAT',
   accessLog: 'FENCEGATE_ACCESS_LOG',
@@ -273,7 +310,37 @@ export function resolveConfig(sources: ConfigSources): Readonly<ServeConfig> {
     throw new ConfigError('storeResetTimeoutMs must lie between 100 and 3600000');
   if (cfg.sessionTtlMs < 300 || cfg.sessionTtlMs > 600_000)
     throw new ConfigError('sessionTtlMs must lie between 300 and 600000');
+  checkTlsSettings(cfg);
   return deepFreeze(cfg);
+}
+
+/**
+ * The TLS settings that only make sense together: a certificate needs its key (and the
+ * other way round), a client CA needs the listener to speak TLS, a store CA needs a
+ * rediss:// store. The files themselves are read and checked at start (src/http/tls.ts).
+ */
+function checkTlsSettings(cfg: ServeConfig): void {
+  const listeners = [
+    ['tlsCert', 'tlsKey', 'tlsClientCa'],
+    ['controlTlsCert', 'controlTlsKey', 'controlTlsClientCa'],
+  ] as const;
+  for (const [cert, key, ca] of listeners) {
+    if ((cfg[cert] === null) !== (cfg[key] === null)) {
+      const [given, missing] = cfg[cert] === null ? [key, cert] : [cert, key];
+      throw new ConfigError(
+        `--${flagName(given)} needs --${flagName(missing)} (a certificate and its key go together)`,
+      );
+    }
+    if (cfg[ca] !== null && cfg[cert] === null)
+      throw new ConfigError(
+        `--${flagName(ca)} needs --${flagName(cert)} and --${flagName(key)} (mTLS is TLS)`,
+      );
+  }
+  if (cfg.storeCa !== null && !/^rediss:\/\//i.test(cfg.store)) {
+    throw new ConfigError(
+      '--store-ca applies to a rediss:// store; for Postgres put sslmode=verify-full&sslrootcert=FILE in the URL',
+    );
+  }
 }
 
 export function flagName(key: string): string {

@@ -3,6 +3,7 @@
  * (/v1/events, /v1/events/stream), the lock list (/v1/locks), /v1/status and the ops
  * dashboard (/dashboard).
  */
+import type { Server as TlsServer } from 'node:tls';
 import Fastify, { LogController } from 'fastify';
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import {
@@ -14,6 +15,7 @@ import {
   refuseUnknownExpectations,
   sendProblem,
 } from './http/problems.js';
+import { httpsOption, type ListenerTls } from './http/tls.js';
 import type { Issuer } from './issuer/service.js';
 import issuerRoutes from './issuer/routes.js';
 import dashboardRoutes from './dashboard/routes.js';
@@ -45,6 +47,8 @@ export async function buildControl(opts: {
   breakers?: BreakerBoard;
   /** Sequencer signing and the published keys (GET /v1/keys); null: sequencers off. */
   sequencers?: SequencerIssuer | null;
+  /** TLS (and mTLS) for the listener; null or absent: plain HTTP. */
+  tls?: ListenerTls | null;
 }): Promise<FastifyInstance> {
   const loggerOption =
     opts.logger !== undefined
@@ -61,7 +65,9 @@ export async function buildControl(opts: {
     frameworkErrors: (error, request, reply) => errorHandler(error, request, reply),
     clientErrorHandler: clientErrorProblem,
     http: HTTP_SERVER_OPTIONS,
+    ...httpsOption(opts.tls),
   });
+  opts.tls?.attach(app.server as unknown as TlsServer, app.log);
   installProblemHandlers(app, 'not-found');
   refuseUnknownExpectations(app.server);
   app.addHook('onRequest', (request, reply, done) => {

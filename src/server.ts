@@ -16,6 +16,7 @@ import { instrumentStore } from './observe/store-metrics.js';
 import { openStore, redactStoreSpec } from './store/index.js';
 import type { Store } from './store/types.js';
 import { createGateway } from './gateway/index.js';
+import { CaBundle, ListenerTls, readCertificates, type TlsFileError } from './http/tls.js';
 import { PolicyHolder, formatPolicyError } from './policy/index.js';
 import type { ReloadResult } from './policy/index.js';
 import { startSampleUpstream } from './sample/index.js';
@@ -33,17 +34,48 @@ export interface RunningServer {
   reload(trigger: ReloadTrigger): Promise<ReloadResult>;
   /** The sequencer key file this process follows (null: sequencers off). */
   sequencerKeys: KeyRing | null;
+  /**
+   * Re-reads the TLS files (both listeners' certificates, keys and client CAs, and
+   * --upstream-ca) now (SIGHUP), logging the outcome. New handshakes get the new files;
+   * open connections keep theirs; a bad file keeps the one in use.
+   */
+  reloadTls(trigger: ReloadTrigger): TlsReloadReport;
   close(): Promise<void>;
+}
+
+/** What a TLS reload did: the files that changed, and the ones that could not be used. */
+export interface TlsReloadReport {
+  ok: boolean;
+  /** What was replaced ("data listener", "control listener", "upstream CA"). */
+  changed: string[];
+  errors: TlsFileError[];
 }
 
 /** What started a policy reload: a file change seen by the watcher, or a signal. */
 export type ReloadTrigger = 'watch' | 'SIGHUP';
 
-function address(app: FastifyInstance): string {
+function address(app: FastifyInstance, tls: boolean): string {
   const a = app.server.address();
   if (a === null || typeof a === 'string') return String(a);
   const host = a.family === 'IPv6' ? `[${a.address}]` : a.address;
-  return `http://${host}:${a.port}`;
+  return `${tls ? 'https' : 'http'}://${host}:${a.port}`;
+}
+
+/** The TLS files of a configuration, read and checked (a bad one throws TlsFileError naming it). */
+function openTls(config: Readonly<ServeConfig>) {
+  const listener = (cert: string | null, key: string | null, clientCa: string | null, what: string) =>
+    cert === null || key === null ? null : new ListenerTls(what, { cert, key, clientCa });
+  return {
+    data: listener(config.tlsCert, config.tlsKey, config.tlsClientCa, 'data listener'),
+    control: listener(
+      config.controlTlsCert,
+      config.controlTlsKey,
+      config.controlTlsClientCa,
+      'control listener',
+    ),
+    upstreamCa: config.upstreamCa === null ? null : new CaBundle(config.upstreamCa, 'upstream CA'),
+    storeCa: config.storeCa === null ? null : readCertificates(config.storeCa, 'store CA'),
+  };
 }
 
 /**
@@ -56,6 +88,8 @@ export async function startServer(
   logger: Logger = silentLogger(),
 ): Promise<RunningServer> {
   const lifecycle = lifecycleLogger(logger);
+  // Before anything else: a bad certificate or key stops the start with one line naming the file.
+  const tls = openTls(config);
   // A missing default ./policies is fine: a first run needs no policy (the issuer alone is useful).
   const opened = await PolicyHolder.open(config.policies, {
     mayBeMissing: config.policies === DEFAULTS.policies,
@@ -69,6 +103,7 @@ export async function startServer(
     await openStore(config.store, {
       allowVolatileRedis: config.allowVolatileRedis,
       ...(config.storeNamespace ? { namespace: config.storeNamespace } : {}),
+      ...(tls.storeCa === null ? {} : { tlsCa: tls.storeCa }),
     }),
     metrics,
   );
@@ -109,6 +144,7 @@ export async function startServer(
       policy,
       breakers,
       sequencers: sequencerKeys === null ? null : new SequencerIssuer(sequencerKeys, store),
+      tls: tls.control,
     });
     closers.unshift(async () => {
       issuer.shutdown();
@@ -125,6 +161,8 @@ export async function startServer(
       session: { ttlMs: config.sessionTtlMs },
       breakers,
       sequencerKeys,
+      tls: tls.data,
+      upstreamCa: tls.upstreamCa,
     });
     closers.unshift(() => gateway.close());
     await control.listen({ host: config.control.host, port: config.control.port });
@@ -139,20 +177,55 @@ export async function startServer(
     const spec = redactStoreSpec(config.store);
     lifecycle.info({ store: store.kind, spec }, `store ${store.kind} ${spec}`);
     return {
-      data: address(gateway),
-      control: address(control),
+      data: address(gateway, tls.data !== null),
+      control: address(control, tls.control !== null),
       sample,
       store,
       metrics,
       policy,
       reload: async (trigger) => reloaded(await policy.reload(), trigger),
       sequencerKeys,
+      reloadTls: (trigger) => reloadTls(tls, lifecycle, trigger),
       close: () => runClosers(closers),
     };
   } catch (err) {
     await runClosers(closers);
     throw err;
   }
+}
+
+/** Re-reads every TLS file this process follows; logs what changed and each file that could not be used. */
+function reloadTls(tls: ReturnType<typeof openTls>, log: Logger, trigger: ReloadTrigger): TlsReloadReport {
+  const report: TlsReloadReport = { ok: true, changed: [], errors: [] };
+  const prefix = trigger === 'SIGHUP' ? 'SIGHUP: ' : '';
+  for (const [what, item] of [
+    ['data listener', tls.data],
+    ['control listener', tls.control],
+    ['upstream CA', tls.upstreamCa],
+  ] as const) {
+    if (item === null) continue;
+    const result = item.reload();
+    if (result.ok) {
+      if (result.changed) report.changed.push(what);
+      continue;
+    }
+    report.ok = false;
+    report.errors.push(result.error);
+    log.error(
+      { tlsReload: { outcome: 'failure', trigger, what, file: result.error.file } },
+      `${prefix}TLS reload failed for the ${what}, keeping the files in use: ${result.error.message}`,
+    );
+  }
+  const followed = [tls.data, tls.control, tls.upstreamCa].some((item) => item !== null);
+  if (report.changed.length > 0) {
+    log.info(
+      { tlsReload: { outcome: 'success', trigger, changed: report.changed } },
+      `${prefix}TLS files reloaded (${report.changed.join(', ')})`,
+    );
+  } else if (report.ok && followed) {
+    log.info({ tlsReload: { outcome: 'unchanged', trigger } }, `${prefix}TLS files unchanged`);
+  }
+  return report;
 }
 
 /** The start-up line when the default policy directory does not exist. */

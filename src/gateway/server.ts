@@ -4,6 +4,7 @@
  * routing (404 no-route, request state) → fence (preHandler) → forward (proxy).
  */
 import { randomUUID } from 'node:crypto';
+import type { Server as TlsServer } from 'node:tls';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { BreakerBoard } from '../observe/breakers.js';
 import type { EventLog } from '../observe/events.js';
@@ -14,6 +15,7 @@ import type { PolicyHolder } from '../policy/index.js';
 import type { Store } from '../store/types.js';
 import { SequencerVerifier, type KeyRing } from '../sequencer/index.js';
 import { deferContinue } from '../http/continue.js';
+import { httpsOption, type CaBundle, type ListenerTls } from '../http/tls.js';
 import { fencePlugin } from './fence.js';
 import { SessionObserver } from './observer.js';
 import { GatewaySessions, type SessionSettings } from './session.js';
@@ -52,6 +54,10 @@ export interface GatewayOptions {
   breakers?: BreakerBoard;
   /** The issuer's sequencer keys (`check: sequencer` routes); null or absent: every sequencer is refused. */
   sequencerKeys?: KeyRing | null;
+  /** TLS (and mTLS) for the listener; null or absent: plain HTTP. */
+  tls?: ListenerTls | null;
+  /** --upstream-ca: trusted besides the built-in roots by https upstreams without their own `tls.ca`. */
+  upstreamCa?: CaBundle | null;
 }
 
 export async function createGateway(opts: GatewayOptions): Promise<FastifyInstance> {
@@ -82,9 +88,11 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
     frameworkErrors: (error, request, reply) => errorHandler(error, request, reply),
     clientErrorHandler: clientErrorProblem,
     http: HTTP_SERVER_OPTIONS,
+    ...httpsOption(opts.tls),
   }) as unknown as FastifyInstance;
 
   // 100 Continue is sent by the forward step once the fence admitted the request, not on arrival.
+  opts.tls?.attach(app.server as unknown as TlsServer, app.log);
   deferContinue(app.server);
   refuseUnknownExpectations(app.server);
 
@@ -96,7 +104,7 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   const observer = new SessionObserver(guard, app.log);
   await sessions.start();
   observer.startSweeping(Math.max(100, Math.floor(sessions.ttlMs / 2)));
-  const pool = new UpstreamPool(opts.metrics, app.log, opts.breakers ?? null);
+  const pool = new UpstreamPool(opts.metrics, app.log, opts.breakers ?? null, opts.upstreamCa ?? null);
   seedPolicy(opts.metrics, opts.policy.current);
   const unsubscribe = opts.policy.subscribe((policy) => {
     pool.retain(policy);

@@ -11,8 +11,11 @@
  * (An AsyncLocalStorage did this before; merely having one active makes Node run
  * promise hooks for every promise in the process, a measurable cost per request.)
  */
+import { isIP } from 'node:net';
+import { rootCertificates } from 'node:tls';
 import { Breaker } from './breaker.js';
 import { Pool, type Dispatcher } from 'undici';
+import type { CaBundle } from '../http/tls.js';
 import { GuardedHandler, type ForwardGuard } from './forward-guard.js';
 import type { BreakerBoard } from '../observe/breakers.js';
 import type { Metrics } from '../observe/metrics.js';
@@ -75,6 +78,10 @@ function guardedRequest(client: Client, guard: ForwardGuard, request: RequestOpt
 
 interface Client {
   signature: string;
+  /** The --upstream-ca version its connections were built with. */
+  caVersion: number;
+  /** https: the name the upstream's certificate must carry (null: its IP address is checked). */
+  servername: string | null;
   agent: Pool;
   target: ReturnType<typeof guardedTarget>;
   breaker: Breaker;
@@ -115,6 +122,8 @@ export class UpstreamPool {
     private readonly log: UpstreamLog,
     /** Where each upstream's breaker is listed for GET /v1/status, if anywhere. */
     private readonly board: BreakerBoard | null = null,
+    /** --upstream-ca: trusted besides the built-in roots by https upstreams without their own `tls.ca`. */
+    private readonly upstreamCa: CaBundle | null = null,
   ) {}
 
   /** Seconds until the upstream's open circuit lets a trial request through. */
@@ -176,6 +185,9 @@ export class UpstreamPool {
       body: guard.guardBody(opts.body) as RequestOptions['body'],
       headersTimeout: upstream.timeoutMs,
       bodyTimeout: upstream.timeoutMs,
+      // undici would take the name to verify (and SNI) from the Host header, which an s3
+      // upstream gets as the client sent it: the upstream's own name is what is checked.
+      ...(client.servername === null ? {} : { servername: client.servername }),
     };
     // true = "not a failure": client-side errors never open the upstream's circuit.
     const excused = (err: unknown) => forward.clientGone() || !isUpstreamFailure(err);
@@ -203,9 +215,12 @@ export class UpstreamPool {
   private client(upstream: CompiledUpstream): Client {
     const signature = signatureOf(upstream);
     const existing = this.clients.get(upstream.name);
-    if (existing !== undefined && existing.signature === signature) return existing;
+    const caVersion = this.upstreamCa?.version ?? 0;
+    if (existing !== undefined && existing.signature === signature && existing.caVersion === caVersion)
+      return existing;
     if (existing !== undefined) void this.drop(upstream.name, existing);
-    const agent = new Pool(upstream.origin, POOL_OPTIONS);
+    const connect = connectOptions(upstream, this.upstreamCa);
+    const agent = new Pool(upstream.origin, connect === null ? POOL_OPTIONS : { ...POOL_OPTIONS, connect });
     const { breaker: settings } = upstream;
     const breaker = new Breaker({
       timeoutMs: false,
@@ -223,7 +238,15 @@ export class UpstreamPool {
     });
     this.seeded.add(upstream.name);
     const unlist = this.board?.setUpstream(upstream.name, () => breaker.state) ?? (() => undefined);
-    const client = { signature, agent, target: guardedTarget(agent), breaker, unlist };
+    const client = {
+      signature,
+      caVersion,
+      servername: serverNameOf(upstream),
+      agent,
+      target: guardedTarget(agent),
+      breaker,
+      unlist,
+    };
     this.clients.set(upstream.name, client);
     return client;
   }
@@ -239,10 +262,33 @@ export class UpstreamPool {
 function signatureOf(upstream: CompiledUpstream): string {
   let signature = signatures.get(upstream);
   if (signature === undefined) {
-    signature = JSON.stringify([upstream.origin, upstream.timeoutMs, upstream.breaker]);
+    signature = JSON.stringify([upstream.origin, upstream.timeoutMs, upstream.breaker, upstream.tls?.digest]);
     signatures.set(upstream, signature);
   }
   return signature;
+}
+
+/**
+ * TLS options for an https upstream's connections: its own `tls` from the policy (its CA
+ * alone is trusted), else --upstream-ca added to the built-in roots; null: Node's defaults.
+ */
+function connectOptions(upstream: CompiledUpstream, upstreamCa: CaBundle | null): object | null {
+  if (!upstream.origin.startsWith('https:')) return null;
+  const tls = upstream.tls;
+  const ca = tls?.ca ?? (upstreamCa === null ? null : [...rootCertificates, ...upstreamCa.certs]);
+  const options = {
+    ...(ca === null ? {} : { ca: [...ca] }),
+    ...(tls?.cert == null || tls.key === null ? {} : { cert: tls.cert, key: tls.key }),
+  };
+  return Object.keys(options).length === 0 ? null : options;
+}
+
+/** `tls.serverName`, else the URL's host name (not an IP address: SNI carries names only). */
+function serverNameOf(upstream: CompiledUpstream): string | null {
+  if (!upstream.origin.startsWith('https:')) return null;
+  if (upstream.tls?.serverName != null) return upstream.tls.serverName;
+  const host = new URL(upstream.origin).hostname;
+  return isIP(host.replace(/^\[|\]$/g, '')) === 0 ? host : null;
 }
 
 function ignoreAbandonedBodyError(): void {}

@@ -19,6 +19,7 @@ import { findShadowing } from './shadowing.js';
 import type { RawPolicyFile, RawRoute } from './schema.js';
 import type { PolicySource } from './source.js';
 import { parseLockTemplate, templateParams } from './template.js';
+import { compileUpstreamTls } from './upstream-tls.js';
 
 export interface ValidFile {
   source: PolicySource;
@@ -54,10 +55,14 @@ export function compilePolicy(files: readonly ValidFile[]): CompileResult {
         continue;
       }
       const compiled = kind.compileUpstream(name, raw);
-      if (compiled.ok) upstreams[name] = compiled.upstream;
-      else
+      if (!compiled.ok) {
         for (const e of compiled.errors)
           errors.push(source.error(['upstreams', name, ...e.field], e.message));
+        continue;
+      }
+      const tls = compileUpstreamTls(raw.tls, kind.name, compiled.upstream.origin, source.file);
+      if (tls.ok) upstreams[name] = { ...compiled.upstream, tls: tls.tls };
+      else for (const e of tls.errors) errors.push(source.error(['upstreams', name, ...e.field], e.message));
     }
   }
 

@@ -28,6 +28,20 @@ export interface CompiledUpstream {
   readonly breaker: BreakerSettings;
   /** Kind-specific settings, compiled by the kind (e.g. a connection string). */
   readonly settings: Readonly<Record<string, unknown>>;
+  /** The policy's `tls` for an https upstream (files read at load); null: the defaults. */
+  readonly tls: UpstreamTls | null;
+}
+
+/** How the gateway connects to an https upstream; PEM texts read from the files the policy names. */
+export interface UpstreamTls {
+  /** Only these CAs are trusted for this upstream; null: the gateway's default (built-in roots, --upstream-ca). */
+  readonly ca: readonly string[] | null;
+  readonly serverName: string | null;
+  /** The gateway's client certificate and key (mTLS to the upstream). */
+  readonly cert: string | null;
+  readonly key: string | null;
+  /** Digest of all of the above: an upstream whose files changed gets new connections on reload. */
+  readonly digest: string;
 }
 
 export interface FencingSettings {

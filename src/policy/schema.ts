@@ -26,6 +26,19 @@ export interface RawUpstream {
   breaker?: RawBreaker;
   /** kind: postgres: the schema of the fence table in the target database. */
   fenceSchema?: string;
+  /** https upstreams: how the upstream's certificate is verified, and the gateway's own (mTLS). */
+  tls?: RawUpstreamTls;
+}
+
+/** File paths are relative to the policy file. */
+export interface RawUpstreamTls {
+  /** CA bundle (PEM) the upstream's certificate must chain to, instead of the built-in roots. */
+  ca?: string;
+  /** The name the certificate must carry (and SNI), when it is not the URL's host. */
+  serverName?: string;
+  /** Client certificate and key the gateway presents (mTLS to the upstream); both or neither. */
+  cert?: string;
+  key?: string;
 }
 
 export interface RawFencing {
@@ -87,6 +100,17 @@ const upstream = {
     timeoutMs: ms(1, 600_000),
     breaker,
     fenceSchema: { type: 'string', minLength: 1 },
+    tls: {
+      type: 'object',
+      additionalProperties: false,
+      minProperties: 1,
+      properties: {
+        ca: { type: 'string', minLength: 1 },
+        serverName: { type: 'string', minLength: 1 },
+        cert: { type: 'string', minLength: 1 },
+        key: { type: 'string', minLength: 1 },
+      },
+    },
   },
 };
 

@@ -4,6 +4,7 @@
  * looks like another scheme (`etcd://…`, `redis+cluster://…`, a typo) is refused:
  * read as a directory, it would silently give each gateway a fence of its own.
  */
+import { sslParamsProblem } from './sql/pg-ssl.js';
 import type { Store, StoreOptions } from './types.js';
 
 export type { Store, StoreOptions } from './types.js';
@@ -23,7 +24,12 @@ export function storeKindOf(spec: string): 'redis' | 'postgres' | 'embedded' | n
 /** Why `spec` names no store fencegate knows, or null when it does. */
 export function checkStoreSpec(spec: string): string | null {
   if (spec.trim() === '') return 'the store must not be empty';
-  if (storeKindOf(spec) !== null) return null;
+  const kind = storeKindOf(spec);
+  if (kind === 'postgres') {
+    const ssl = sslParamsProblem(spec);
+    return ssl === null ? null : `"${redactStoreSpec(spec)}": ${ssl}`;
+  }
+  if (kind !== null) return null;
   const scheme = SCHEME.exec(spec)?.[0] ?? '';
   return (
     `"${redactStoreSpec(spec)}": unknown store scheme "${scheme}"; use ${STORE_SCHEMES.join(', ')} ` +

@@ -292,4 +292,6 @@ export interface StoreOptions {
   namespace?: string;
   /** Redis: start even without AOF appendfsync always. */
   allowVolatileRedis?: boolean;
+  /** rediss://: the CA certificates (PEM) the server's certificate must chain to (--store-ca). */
+  tlsCa?: readonly string[];
 }

@@ -34,8 +34,14 @@ export interface Cluster {
   destroy(): Promise<void>;
 }
 
-/** `env` is added to the server's environment (e.g. libfaketime, to move its clock). */
-export async function startCluster(env: NodeJS.ProcessEnv = {}): Promise<Cluster> {
+/**
+ * `env` is added to the server's environment (e.g. libfaketime, to move its clock);
+ * `settings` are more `-c name=value` server settings (e.g. ssl=on and its files).
+ */
+export async function startCluster(
+  env: NodeJS.ProcessEnv = {},
+  settings: Record<string, string> = {},
+): Promise<Cluster> {
   const bin = binDir();
   const asRoot = process.getuid?.() === 0;
   const options = { env: { ...process.env, ...env } };
@@ -52,7 +58,10 @@ export async function startCluster(env: NodeJS.ProcessEnv = {}): Promise<Cluster
   }
   const data = join(dir, 'data');
   await exec('initdb', ['-D', data, '-A', 'trust', '-U', 'postgres', '--no-sync', '-E', 'UTF8']);
-  const opts = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off`;
+  const extra = Object.entries(settings)
+    .map(([k, v]) => ` -c ${k}=${v}`)
+    .join('');
+  const opts = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off${extra}`;
   const signalAll = async (sig: 'STOP' | 'CONT'): Promise<void> => {
     const main = (readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0] ?? '').trim();
     const children = await run('pgrep', ['-P', main]).then(

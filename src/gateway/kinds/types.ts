@@ -39,7 +39,8 @@ export interface FieldError {
 }
 
 export type UpstreamCompileResult =
-  { ok: true; upstream: CompiledUpstream } | { ok: false; errors: FieldError[] };
+  // `tls` is compiled by the policy compiler for every kind (src/policy/upstream-tls.ts).
+  { ok: true; upstream: Omit<CompiledUpstream, 'tls'> } | { ok: false; errors: FieldError[] };
 
 export type RouteCompileResult =
   { ok: true; target: Readonly<Record<string, unknown>> } | { ok: false; errors: FieldError[] };

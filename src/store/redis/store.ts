@@ -441,7 +441,11 @@ export async function openRedisStore(url: string, opts: StoreOptions = {}): Prom
   const prefix = opts.namespace ?? 'fg';
   const bad = namespaceProblem(prefix);
   if (bad !== null) throw new RangeError(bad);
-  const conn = createConnection(url, { connectionName: 'fencegate' });
+  const conn = createConnection(url, {
+    connectionName: 'fencegate',
+    // rediss://: verified against --store-ca instead of the built-in roots (ioredis turns tls on for rediss).
+    ...(opts.tlsCa === undefined ? {} : { tls: { ca: [...opts.tlsCa] } }),
+  });
   await connect(conn);
   try {
     const durability = await checkDurability(conn, opts.allowVolatileRedis === true);

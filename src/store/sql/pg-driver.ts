@@ -19,6 +19,7 @@ import {
   type SqlExecutor,
   type SqlValue,
 } from './driver.js';
+import { pgConnection } from './pg-ssl.js';
 
 const CONNECT_TIMEOUT_MS = 2000;
 const STATEMENT_TIMEOUT_MS = 5000;
@@ -39,8 +40,11 @@ export function describeUrl(url: string): string {
 }
 
 function clientConfig(url: string): pg.ClientConfig {
+  // sslmode & co. applied as libpq documents them (./pg-ssl.ts); throws naming a bad file.
+  const { connectionString, ssl } = pgConnection(url);
   return {
-    connectionString: url,
+    connectionString,
+    ssl,
     connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
     statement_timeout: STATEMENT_TIMEOUT_MS,
     query_timeout: QUERY_TIMEOUT_MS,

@@ -9,6 +9,7 @@
  * measured at a fifth of a raw UPDATE loop's rate.)
  */
 import pg from 'pg';
+import { pgConnection } from '../../../store/sql/pg-ssl.js';
 import { ProblemError } from '../../../errors.js';
 import { quoteIdent, withRetries } from '../../../store/sql/driver.js';
 import { formatToken, type FencingToken } from '../../../tokens.js';
@@ -62,7 +63,8 @@ export class PostgresRows {
     this.q = statementsFor(settings.fenceSchema);
     this.fenceTable = `${quoteIdent(settings.fenceSchema)}.fences`;
     this.pool = new pg.Pool({
-      connectionString: settings.connectionString,
+      // The connection string without sslmode & co., and the `ssl` they mean (pg-ssl.ts).
+      ...pgConnection(settings.connectionString),
       max: POOL_SIZE,
       connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
       statement_timeout: STATEMENT_TIMEOUT_MS,

@@ -4,6 +4,8 @@
  * `columns`. Pure functions returning results: the policy compiler turns a failure
  * into a PolicyError pointing at the field.
  */
+import { TlsFileError } from '../../../http/tls.js';
+import { pgConnection } from '../../../store/sql/pg-ssl.js';
 
 /** A field of the upstream or the route, and what is wrong with it. */
 export interface SettingsError {
@@ -115,6 +117,14 @@ export function compilePostgresUpstream(
   }
   if (url.hash !== '') errors.push({ field: 'url', message: 'must not contain a fragment' });
   if (errors.length > 0) return { ok: false, errors };
+  // sslmode, sslrootcert, sslcert, sslkey: checked (files read) now, so a bad one is a policy error.
+  try {
+    pgConnection(expanded.value);
+  } catch (err) {
+    if (err instanceof RangeError || err instanceof TlsFileError)
+      return { ok: false, errors: [{ field: 'url', message: err.message }] };
+    throw err;
+  }
   const where = `postgres://${url.hostname}${url.port ? `:${url.port}` : ''}${url.pathname}`;
   return { ok: true, value: { connectionString: expanded.value, where, fenceSchema } };
 }
