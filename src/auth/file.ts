@@ -76,15 +76,18 @@ export function parseAuthText(file: string, text: string): AuthConfig {
   }
 
   const principals: Principal[] = [];
+  const indexes: number[] = [];
   if (!Array.isArray(root.principals) || root.principals.length === 0) {
     fail(['principals'], 'must be a non-empty list of principals');
   } else {
     root.principals.forEach((raw, i) => {
       const p = principal(raw, ['principals', i], fail);
-      if (p !== null) principals.push(p);
+      if (p === null) return;
+      principals.push(p);
+      indexes.push(i);
     });
   }
-  checkUnique(principals, root, fail);
+  checkUnique(principals, indexes, fail);
   if (errors.length > 0) throw new AuthFileError(errors);
   return deepFreeze({ file, principals, public: publicSet });
 }
@@ -117,7 +120,11 @@ function principal(raw: unknown, at: FieldPath, fail: Fail): Principal | null {
     if (!Array.isArray(raw.certificates)) fail([...at, 'certificates'], 'must be a list');
     else raw.certificates.forEach((c, j) => certificate(c, [...at, 'certificates', j], fail, certificates));
   }
-  if (keys.length === 0 && certificates.length === 0) {
+  const offered = [raw.keys, raw.certificates].reduce<number>(
+    (n, v) => n + (Array.isArray(v) ? v.length : 0),
+    0,
+  );
+  if (offered === 0) {
     fail(at, 'a principal needs at least one credential: keys or certificates');
   }
   const grants: Grant[] = [];
@@ -170,31 +177,27 @@ function grant(raw: unknown, at: FieldPath, fail: Fail, out: Grant[]): void {
 }
 
 /** One name, one key and one certificate match per principal: a credential names one principal. */
-function checkUnique(principals: Principal[], root: Obj, fail: Fail): void {
-  const raw = root.principals as Obj[];
+function checkUnique(principals: Principal[], indexes: number[], fail: Fail): void {
   const names = new Map<string, number>();
   const keys = new Map<string, number>();
   const certs = new Map<string, number>();
-  principals.forEach((p, i) => {
-    const at = raw.findIndex((r) => r.name === p.name);
-    const index = at < 0 ? i : at;
+  principals.forEach((p, n) => {
+    const index = indexes[n] as number;
     const seen = names.get(p.name);
-    if (seen !== undefined && seen !== index)
-      fail(['principals', index, 'name'], `"${p.name}" is also principals[${seen}]`);
-    names.set(p.name, seen ?? index);
+    if (seen !== undefined) fail(['principals', index, 'name'], `"${p.name}" is also principals[${seen}]`);
+    else names.set(p.name, index);
     p.keys.forEach((k, j) => {
-      const id = k.saltText;
-      const other = keys.get(id);
+      const other = keys.get(k.saltText);
       if (other !== undefined)
         fail(['principals', index, 'keys', j], `the same key salt as principals[${other}]`);
-      keys.set(id, index);
+      else keys.set(k.saltText, index);
     });
     p.certificates.forEach((c, j) => {
       const id = `${c.fingerprint ?? ''}|${c.cn ?? ''}`;
       const other = certs.get(id);
-      if (other !== undefined && other !== index)
+      if (other !== undefined)
         fail(['principals', index, 'certificates', j], `the same certificate match as principals[${other}]`);
-      certs.set(id, index);
+      else certs.set(id, index);
     });
   });
 }

@@ -1,8 +1,8 @@
 /**
  * Authentication and authorisation on the control listener: one onRequest hook that
  * finds the request's principal and judges it against the route's rule, below. One
- * table, so what each route needs is written in one place; a route with no rule is
- * refused to everyone (a test checks that every route has one). docs/security.md.
+ * table, so what each route needs is written in one place; a route with no rule stops
+ * the listener at boot (and would be refused to everyone). docs/security.md.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
@@ -73,6 +73,15 @@ function forbidden(principal: string, what: string, extra: Record<string, unknow
 
 async function authPlugin(app: FastifyInstance, opts: { authenticator: Authenticator }): Promise<void> {
   const { authenticator } = opts;
+  // Fails at boot, not at the first request: a route registered after this plugin
+  // without a rule in ACCESS_RULES stops the listener from starting.
+  app.addHook('onRoute', (route) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    for (const method of methods) {
+      if (ruleFor(method, route.url) === undefined)
+        throw new Error(`control route ${method} ${route.url} has no access rule (src/auth/plugin.ts)`);
+    }
+  });
   app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
     const url = request.routeOptions.url;
     const rule = ruleFor(request.method, url);
