@@ -22,7 +22,7 @@ vi.mock('node:crypto', async (importOriginal) => {
 
 const { generateApiKey, hashApiKey, parseKeyHash, saltOf, verifyApiKey, KEY_PREFIX } =
   await import('../../src/auth/keys.js');
-const { Authenticator } = await import('../../src/auth/authenticate.js');
+const { Authenticator, peerCertificate } = await import('../../src/auth/authenticate.js');
 const { parseAuthText } = await import('../../src/auth/file.js');
 
 afterEach(() => {
@@ -143,6 +143,38 @@ describe('Authenticator', () => {
     // A generated key with a salt no hash has costs no KDF run at all.
     expect(await auth.principalForKey(wrong)).toBeNull();
     expect(compared.calls).toHaveLength(2);
+  });
+
+  it('reads a client certificate only off a TLS socket that verified it, and names its principal', async () => {
+    const { alice } = await setup();
+    const fp = Array.from({ length: 32 }, () => '5A').join(':');
+    const withCerts = new Authenticator(
+      parseAuthText(
+        'auth.yaml',
+        `principals:
+  - { name: svc, certificates: [{ fingerprint: '${fp}' }], grants: [] }
+  - { name: alice, keys: ['${alice.hash}'], grants: [] }
+`,
+      ),
+    );
+    const cert = { fingerprint256: fp, subject: { CN: 'svc' } };
+    const tls = (authorized: boolean) =>
+      ({ encrypted: true, authorized, getPeerCertificate: () => cert }) as unknown as Socket;
+    expect(peerCertificate(tls(true))).toBe(cert);
+    expect(peerCertificate(tls(false))).toBeNull(); // presented, not verified: names nobody
+    expect(peerCertificate(new Socket())).toBeNull(); // plain HTTP
+    const empty = { encrypted: true, authorized: true, getPeerCertificate: () => ({}) } as unknown as Socket;
+    expect(peerCertificate(empty)).toBeNull();
+
+    const who = async (h: string | undefined, socket: Socket) => {
+      const r = await withCerts.authenticate(h, socket);
+      return r.ok ? (r.principal?.name ?? 'nobody') : 'refused';
+    };
+    expect(await who(undefined, tls(true))).toBe('svc');
+    expect(await who(undefined, tls(false))).toBe('nobody');
+    // A key and a certificate that name different principals: refused, not either one.
+    expect(await who(`Bearer ${alice.key}`, tls(true))).toBe('refused');
+    expect(await who(`Bearer ${alice.key}`, tls(false))).toBe('alice');
   });
 
   it('drops cached verdicts when another auth file is put in force', async () => {
