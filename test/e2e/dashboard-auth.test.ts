@@ -32,8 +32,8 @@ describe('the dashboard behind an auth file', () => {
   const text = (id: string) => page.evaluate((i) => document.getElementById(i)?.textContent ?? '', id);
   const waitText = (id: string, want: string) =>
     page.waitForFunction(
-      ([i, w]) => (document.getElementById(i)?.textContent ?? '').includes(w),
-      [id, want],
+      ([i, w]: [string, string]) => (document.getElementById(i)?.textContent ?? '').includes(w),
+      [id, want] as [string, string],
       {
         timeout: 15_000,
       },
