@@ -66,7 +66,12 @@ export async function startServer(
   if (exposed !== null) throw new ConfigError(exposed);
   // Read before anything opens: a bad auth file stops the start with its located errors.
   const auth = config.auth === null ? null : new Authenticator(loadAuthFile(config.auth));
-  if (auth === null && config.insecure) {
+  if (auth === null && !config.insecure) {
+    lifecycle.info(
+      { auth: null },
+      'no auth file: the control listener takes no credentials, so it serves loopback only (docs/security.md)',
+    );
+  } else if (auth === null) {
     lifecycle.warn(
       { insecure: true },
       `--insecure: the control listener (${config.control.host}:${config.control.port}) takes no credentials; ` +

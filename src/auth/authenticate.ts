@@ -84,7 +84,8 @@ export class Authenticator {
         break;
       }
     }
-    if (this.current !== config) return found; // replaced meanwhile: do not cache a stale verdict
+    // Another file was put in force meanwhile: judge the key again by that one.
+    if (this.current !== config) return this.principalForKey(key);
     if (found !== null) remember(this.verified, digest, found.name);
     else {
       this.refused.add(digest);
