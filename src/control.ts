@@ -53,7 +53,7 @@ export async function buildControl(opts: {
   auth?: Authenticator | null;
 }): Promise<FastifyInstance> {
   const app = baseApp('control', opts);
-  if (opts.auth) await app.register(authPlugin, { authenticator: opts.auth });
+  if (opts.auth) await app.register(authPlugin, { authenticator: opts.auth, metrics: opts.metrics });
   await app.register(issuerRoutes, {
     issuer: opts.issuer,
     defaultTtlMs: opts.defaultTtlMs,

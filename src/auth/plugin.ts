@@ -8,6 +8,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { ProblemError } from '../errors.js';
 import { sendProblem } from '../http/problems.js';
+import type { Metrics } from '../observe/metrics.js';
 import { setAccess } from './access.js';
 import type { Authenticator } from './authenticate.js';
 import { may, mayReadStatus, prefixesFor, type PublicEndpoint, type RouteVerb } from './model.js';
@@ -71,8 +72,11 @@ function forbidden(principal: string, what: string, extra: Record<string, unknow
   });
 }
 
-async function authPlugin(app: FastifyInstance, opts: { authenticator: Authenticator }): Promise<void> {
-  const { authenticator } = opts;
+async function authPlugin(
+  app: FastifyInstance,
+  opts: { authenticator: Authenticator; metrics?: Metrics },
+): Promise<void> {
+  const { authenticator, metrics } = opts;
   // Fails at boot, not at the first request: a route registered after this plugin
   // without a rule in ACCESS_RULES stops the listener from starting.
   app.addHook('onRoute', (route) => {
@@ -95,6 +99,14 @@ async function authPlugin(app: FastifyInstance, opts: { authenticator: Authentic
     const refusal = judge(rule, principal, request);
     if (refusal !== null) return sendProblem(reply, refusal);
   });
+  // Counted by status, so the issuer's own 403 (a lease another principal took) counts too:
+  // on the control listener 401 and 403 come only from the auth rules.
+  if (metrics !== undefined) {
+    app.addHook('onResponse', async (_request, reply) => {
+      if (reply.statusCode === 401) metrics.authRefusals.inc({ reason: 'unauthenticated' });
+      else if (reply.statusCode === 403) metrics.authRefusals.inc({ reason: 'forbidden' });
+    });
+  }
 }
 
 function judge(

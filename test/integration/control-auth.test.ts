@@ -147,8 +147,14 @@ describe('control listener with an auth file', () => {
       }
       expect(bodies.size, `${name}: one answer whatever the credential`).toBe(1);
     }
-    // Nothing was granted by any of it.
+    // Nothing was granted by any of it; each refusal was counted.
     expect((await call(c.app, 'ops', 'GET', '/v1/locks/orders%2F1')).statusCode).toBe(404);
+    const metrics = (await c.app.inject({ method: 'GET', url: '/metrics' })).body;
+    expect(metrics).toMatch(/^fencegate_auth_refusals_total\{reason="unauthenticated"\} (\d+)$/m);
+    const counted = Number(
+      /fencegate_auth_refusals_total\{reason="unauthenticated"\} (\d+)/.exec(metrics)?.[1],
+    );
+    expect(counted).toBe(8 * credentials.length);
   });
 
   it('answers 403 forbidden on every protected route outside the principal grants', async () => {
