@@ -6,7 +6,8 @@
  */
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { ConfigError, resolveConfig } from './config.js';
+import { AuthFileError } from './auth/file.js';
+import { ConfigError, exposureProblem, resolveConfig } from './config.js';
 import type { RawSettings } from './config.js';
 
 const VERSION = (
@@ -21,6 +22,8 @@ Usage:
   fencegate init [DIR]           write commented example policies to DIR/policies (default .); never overwrites
   fencegate epoch bump --store S [--store-ca FILE]   start a new token epoch (after restoring a store backup)
   fencegate keys init|add|promote|prune FILE   make or rotate a sequencer key file (docs/security.md)
+  fencegate auth hash            make a new API key: prints the key once, then the hash for the auth file
+  fencegate auth hash -          read a key from stdin and print its hash (docs/security.md)
   fencegate --help | --version
 
 serve options (environment variable in brackets):
@@ -28,6 +31,12 @@ serve options (environment variable in brackets):
   --store-namespace NAME               Redis key prefix / Postgres schema [FENCEGATE_STORE_NAMESPACE] (default fg / fencegate)
   --listen HOST:PORT                   data listener, the proxy [FENCEGATE_LISTEN] (default 127.0.0.1:8080)
   --control HOST:PORT                  issuer API, /metrics, /healthz, /readyz [FENCEGATE_CONTROL] (default 127.0.0.1:9090)
+  --auth FILE                          principals, API key hashes, client certificates and grants (YAML or JSON)
+                                       for the control listener [FENCEGATE_AUTH] (default: none, no credentials)
+  --health HOST:PORT                   probe listener: /healthz, /readyz, /metrics without credentials
+                                       [FENCEGATE_HEALTH] (default: none; they are on the control listener)
+  --insecure                           serve the control listener without --auth on a non-loopback address
+                                       (anyone who reaches it can take any lock) [FENCEGATE_INSECURE]
   --policies DIR|FILE                  policy YAML [FENCEGATE_POLICIES] (default ./policies)
   --config FILE                        YAML file with any of these settings
   --sample HOST:PORT                   also run the sample "orders" upstream (for the demo) [FENCEGATE_SAMPLE]
@@ -57,7 +66,8 @@ serve options (environment variable in brackets):
                                        0.01 logs that share of them [FENCEGATE_ACCESS_LOG] (default on)
 Port 0 picks a free port; the addresses actually bound are logged at start (the line with
 "listening data=URL control=URL", shown at every log level but silent; https:// with TLS).
-SIGHUP reloads the policies, the sequencer key file and the TLS files (docs/security.md#tls).
+SIGHUP reloads the policies, the sequencer key file, the auth file and the TLS files (docs/security.md).
+Without --auth, serve refuses a non-loopback --control unless --insecure is given.
 `;
 
 function fail(message: string): number {
@@ -85,6 +95,8 @@ export async function main(argv: string[]): Promise<number> {
         return await init(rest);
       case 'epoch':
         return await epoch(rest);
+      case 'auth':
+        return await authCommand(rest);
       case 'keys': {
         const { keysCommand } = await import('./sequencer/cli.js');
         return await keysCommand(rest, (line) => process.stdout.write(`${line}\n`));
@@ -93,7 +105,12 @@ export async function main(argv: string[]): Promise<number> {
         return fail(`unknown command "${command}"; see fencegate --help`);
     }
   } catch (err) {
-    if (err instanceof ConfigError || (err instanceof TypeError && 'code' in err)) return fail(err.message);
+    if (
+      err instanceof ConfigError ||
+      err instanceof AuthFileError ||
+      (err instanceof TypeError && 'code' in err)
+    )
+      return fail(err.message);
     if (err instanceof Error && err.name === 'TlsFileError') return fail(err.message);
     if (err instanceof Error && ['SequencerKeyError', 'TypeError'].includes(err.name) && command === 'keys')
       return fail(err.message);
@@ -132,6 +149,9 @@ async function serve(args: string[]): Promise<number> {
       'log-level': { type: 'string' },
       'log-format': { type: 'string' },
       'access-log': { type: 'string' },
+      auth: { type: 'string' },
+      health: { type: 'string' },
+      insecure: { type: 'boolean' },
     },
   });
   if (positionals.length > 0) return fail(`serve takes no arguments, got "${positionals[0]}"`);
@@ -158,9 +178,14 @@ async function serve(args: string[]): Promise<number> {
     logLevel: values['log-level'],
     logFormat: values['log-format'],
     accessLog: values['access-log'],
+    auth: values.auth,
+    health: values.health,
+    insecure: values.insecure,
   };
   for (const k of Object.keys(flags) as (keyof RawSettings)[]) if (flags[k] === undefined) delete flags[k];
   const config = resolveConfig({ file: values.config, env: process.env, flags });
+  const exposed = exposureProblem(config);
+  if (exposed !== null) return fail(exposed);
 
   const { startServer } = await import('./server.js');
   const { createLogger, defaultLogFormat, lifecycleLogger } = await import('./observe/log.js');
@@ -174,10 +199,10 @@ async function serve(args: string[]): Promise<number> {
     lifecycle.fatal({ err }, `could not start: ${message}`);
     return fail(message);
   }
-  const { data, control, sample } = server;
+  const { data, control, health, sample } = server;
   lifecycle.info(
-    { data, control, sample },
-    `listening data=${data} control=${control}${sample ? ` sample=${sample}` : ''}`,
+    { data, control, health, sample },
+    `listening data=${data} control=${control}${health ? ` health=${health}` : ''}${sample ? ` sample=${sample}` : ''}`,
   );
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
@@ -193,12 +218,39 @@ async function serve(args: string[]): Promise<number> {
       server.reloadTls('SIGHUP');
       void server.reload('SIGHUP');
       void server.sequencerKeys?.reload();
+      server.reloadAuth();
     };
     process.on('SIGTERM', onTerm);
     process.on('SIGINT', onInt);
     process.on('SIGHUP', onHup);
   });
   lifecycle.info('stopped');
+  return 0;
+}
+
+/** `fencegate auth hash [-]`: a new key and its hash, or the hash of a key read from stdin. */
+async function authCommand(args: string[]): Promise<number> {
+  const { positionals } = parseArgs({ args, strict: true, allowPositionals: true, options: {} });
+  const [sub, source, ...extra] = positionals;
+  if (sub !== 'hash' || extra.length > 0 || (source !== undefined && source !== '-'))
+    return fail('usage: fencegate auth hash [-]   (- reads the key from stdin)');
+  const { apiKeyProblem, generateApiKey, hashApiKey } = await import('./auth/keys.js');
+  if (source === undefined) {
+    const { key, hash } = await generateApiKey();
+    process.stdout.write(
+      `key:  ${key}\nhash: ${hash}\n` +
+        "Give the key to the client (it is shown only this once); put the hash under a principal's keys in the auth file.\n",
+    );
+    return 0;
+  }
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  const key = Buffer.concat(chunks)
+    .toString('utf8')
+    .replace(/\r?\n$/, '');
+  const problem = apiKeyProblem(key);
+  if (problem !== null) return fail(problem);
+  process.stdout.write(`${await hashApiKey(key)}\n`);
   return 0;
 }
 

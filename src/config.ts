@@ -58,6 +58,12 @@ export interface ServeConfig {
   logFormat: LogFormat | null;
   /** Share of data-listener requests written to the access log: 0 (off) to 1 (every one). */
   accessLog: number;
+  /** Auth file (YAML or JSON): principals, credentials, grants. Null: no authentication. */
+  auth: string | null;
+  /** Probe listener: /healthz, /readyz, /metrics without credentials. Null: none. */
+  health: HostPort | null;
+  /** Serve the control listener without an auth file on a non-loopback address. */
+  insecure: boolean;
 }
 
 export const DEFAULTS: ServeConfig = Object.freeze({
@@ -87,6 +93,9 @@ export const DEFAULTS: ServeConfig = Object.freeze({
   logLevel: 'info',
   logFormat: null,
   accessLog: 1,
+  auth: null,
+  health: null,
+  insecure: false,
 });
 
 export class ConfigError extends Error {
@@ -170,6 +179,9 @@ const KEYS: Record<keyof ServeConfig, Kind> = {
   logLevel: 'level',
   logFormat: 'format',
   accessLog: 'sample',
+  auth: 'string',
+  health: 'hostport?',
+  insecure: 'bool',
 };
 
 export const ENV_VARS: Partial<Record<keyof ServeConfig, string>> = {
@@ -195,6 +207,9 @@ export const ENV_VARS: Partial<Record<keyof ServeConfig, string>> = {
   logLevel: 'FENCEGATE_LOG_LEVEL',
   logFormat: 'FENCEGATE_LOG_FORMAT',
   accessLog: 'FENCEGATE_ACCESS_LOG',
+  auth: 'FENCEGATE_AUTH',
+  health: 'FENCEGATE_HEALTH',
+  insecure: 'FENCEGATE_INSECURE',
 };
 
 function applyOne(cfg: ServeConfig, key: keyof ServeConfig, value: string | number | boolean, where: string) {
@@ -341,6 +356,27 @@ function checkTlsSettings(cfg: ServeConfig): void {
       '--store-ca applies to a rediss:// store; for Postgres put sslmode=verify-full&sslrootcert=FILE in the URL',
     );
   }
+}
+
+/** Whether a listener on `host` can be reached only from this machine. */
+export function isLoopback(host: string): boolean {
+  const h = host.toLowerCase();
+  return h === 'localhost' || h === '::1' || /^(::ffff:)?127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
+}
+
+/**
+ * Secure by default: without an auth file the control listener takes no credentials,
+ * so anyone who reaches it can take any lock and read live tokens. It may then bind
+ * only a loopback address, unless told --insecure. The refusal, as one line, or null.
+ */
+export function exposureProblem(cfg: Readonly<ServeConfig>): string | null {
+  if (cfg.auth !== null || cfg.insecure || isLoopback(cfg.control.host)) return null;
+  const at = cfg.control.host.includes(':') ? `[${cfg.control.host}]` : cfg.control.host;
+  return (
+    `refusing to serve the control listener on ${at}:${cfg.control.port} without authentication: ` +
+    'anyone who reaches it could take any lock and read live tokens; give --auth FILE ' +
+    '(docs/security.md), bind it to 127.0.0.1, or pass --insecure to serve it open anyway'
+  );
 }
 
 export function flagName(key: string): string {

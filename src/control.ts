@@ -1,7 +1,9 @@
 /**
  * The control listener: the issuer API, /healthz, /readyz, /metrics, the events API
  * (/v1/events, /v1/events/stream), the lock list (/v1/locks), /v1/status and the ops
- * dashboard (/dashboard).
+ * dashboard (/dashboard); with an auth file, each route behind its rule
+ * (src/auth/plugin.ts). And the probe listener (--health): /healthz, /readyz and
+ * /metrics alone, never behind credentials.
  */
 import type { Server as TlsServer } from 'node:tls';
 import Fastify, { LogController } from 'fastify';
@@ -16,6 +18,8 @@ import {
   sendProblem,
 } from './http/problems.js';
 import { httpsOption, type ListenerTls } from './http/tls.js';
+import type { Authenticator } from './auth/authenticate.js';
+import authPlugin from './auth/plugin.js';
 import type { Issuer } from './issuer/service.js';
 import issuerRoutes from './issuer/routes.js';
 import dashboardRoutes from './dashboard/routes.js';
@@ -49,11 +53,65 @@ export async function buildControl(opts: {
   sequencers?: SequencerIssuer | null;
   /** TLS (and mTLS) for the listener; null or absent: plain HTTP. */
   tls?: ListenerTls | null;
+  /** The principals of the auth file; null or absent: no authentication (loopback or --insecure). */
+  auth?: Authenticator | null;
 }): Promise<FastifyInstance> {
+  const app = baseApp('control', opts);
+  if (opts.auth) await app.register(authPlugin, { authenticator: opts.auth, metrics: opts.metrics });
+  await app.register(issuerRoutes, {
+    issuer: opts.issuer,
+    defaultTtlMs: opts.defaultTtlMs,
+    events: opts.events,
+    sequencers: opts.sequencers,
+  });
+  await app.register(keysRoutes, { keys: opts.sequencers?.keys ?? null });
+  await app.register(eventsRoutes, { events: opts.events });
+  await app.register(locksRoutes, { store: opts.store });
+  await app.register(statusRoutes, {
+    store: opts.store,
+    events: opts.events,
+    policy: opts.policy ?? null,
+    breakers: opts.breakers ?? null,
+  });
+  await app.register(dashboardRoutes);
+  probeRoutes(app, opts);
+  return app;
+}
+
+/** The probe listener (--health): /healthz, /readyz and /metrics, without credentials. */
+export async function buildProbes(opts: {
+  store: Store;
+  metrics: Metrics;
+  logger?: FastifyBaseLogger;
+  logLevel?: string;
+  accessLog?: boolean;
+}): Promise<FastifyInstance> {
+  const app = baseApp('health', opts);
+  probeRoutes(app, opts);
+  return app;
+}
+
+function probeRoutes(app: FastifyInstance, opts: { store: Store; metrics: Metrics }): void {
+  app.get('/healthz', async () => ({ ok: true }));
+  app.get('/readyz', async (_req, reply) => {
+    const h = await storeHealth(opts.store);
+    return reply.code(h.ok ? 200 : 503).send({ ok: h.ok, store: storeHealthJson(h) });
+  });
+  app.get('/metrics', async (_req, reply) => {
+    reply.type(opts.metrics.registry.contentType);
+    return opts.metrics.registry.metrics();
+  });
+}
+
+/** A fastify app with the control listener's logging, limits and problem answers. */
+function baseApp(
+  listener: 'control' | 'health',
+  opts: { logger?: FastifyBaseLogger; logLevel?: string; accessLog?: boolean; tls?: ListenerTls | null },
+): FastifyInstance {
   const loggerOption =
     opts.logger !== undefined
-      ? { loggerInstance: opts.logger.child({ listener: 'control' }) }
-      : { logger: { level: opts.logLevel ?? 'info', base: { listener: 'control' } } };
+      ? { loggerInstance: opts.logger.child({ listener }) }
+      : { logger: { level: opts.logLevel ?? 'info', base: { listener } } };
   const app = Fastify({
     ...loggerOption,
     // One access line per request (ControlLogController), not fastify's two at info.
@@ -75,31 +133,6 @@ export async function buildControl(opts: {
     if (noHost === null) return done();
     reply.header('connection', 'close');
     sendProblem(reply, noHost);
-  });
-  await app.register(issuerRoutes, {
-    issuer: opts.issuer,
-    defaultTtlMs: opts.defaultTtlMs,
-    events: opts.events,
-    sequencers: opts.sequencers,
-  });
-  await app.register(keysRoutes, { keys: opts.sequencers?.keys ?? null });
-  await app.register(eventsRoutes, { events: opts.events });
-  await app.register(locksRoutes, { store: opts.store });
-  await app.register(statusRoutes, {
-    store: opts.store,
-    events: opts.events,
-    policy: opts.policy ?? null,
-    breakers: opts.breakers ?? null,
-  });
-  await app.register(dashboardRoutes);
-  app.get('/healthz', async () => ({ ok: true }));
-  app.get('/readyz', async (_req, reply) => {
-    const h = await storeHealth(opts.store);
-    return reply.code(h.ok ? 200 : 503).send({ ok: h.ok, store: storeHealthJson(h) });
-  });
-  app.get('/metrics', async (_req, reply) => {
-    reply.type(opts.metrics.registry.contentType);
-    return opts.metrics.registry.metrics();
   });
   return app;
 }

@@ -19,6 +19,8 @@ export const PROBLEMS = {
   'lease-expired': { status: 409, title: 'The lease of this token is no longer live' },
   'token-required': { status: 428, title: 'This route requires a Fencing-Token header' },
   'sequencer-required': { status: 428, title: 'This route requires a Fencing-Sequencer header' },
+  unauthenticated: { status: 401, title: 'A valid credential is required' },
+  forbidden: { status: 403, title: 'The principal is not granted this' },
   'token-invalid': { status: 403, title: 'The fencing token was never issued for this lock' },
   'fence-unavailable': { status: 503, title: 'The fence store is unavailable; the write was not forwarded' },
   'store-unavailable': { status: 503, title: 'The lock store is unavailable' },

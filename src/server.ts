@@ -3,8 +3,10 @@
  * control listener, and the fencing gateway on the data listener, over one store.
  */
 import type { FastifyInstance } from 'fastify';
-import { DEFAULTS, type ServeConfig } from './config.js';
-import { buildControl } from './control.js';
+import { Authenticator } from './auth/authenticate.js';
+import { loadAuthFile } from './auth/file.js';
+import { ConfigError, DEFAULTS, exposureProblem, type ServeConfig } from './config.js';
+import { buildControl, buildProbes } from './control.js';
 import { Issuer } from './issuer/service.js';
 import { BreakerBoard } from './observe/breakers.js';
 import { EventLog } from './observe/events.js';
@@ -26,6 +28,8 @@ import { openSequencerKeys } from './sequencer/setup.js';
 export interface RunningServer {
   data: string;
   control: string;
+  /** The probe listener's URL (--health), or null. */
+  health: string | null;
   sample: string | null;
   store: Store;
   metrics: Metrics;
@@ -40,6 +44,8 @@ export interface RunningServer {
    * open connections keep theirs; a bad file keeps the one in use.
    */
   reloadTls(trigger: ReloadTrigger): TlsReloadReport;
+  /** Re-reads the auth file (SIGHUP); a file that fails to load leaves the last good one in force. */
+  reloadAuth(): void;
   close(): Promise<void>;
 }
 
@@ -88,6 +94,22 @@ export async function startServer(
   logger: Logger = silentLogger(),
 ): Promise<RunningServer> {
   const lifecycle = lifecycleLogger(logger);
+  const exposed = exposureProblem(config);
+  if (exposed !== null) throw new ConfigError(exposed);
+  // Read before anything opens: a bad auth file stops the start with its located errors.
+  const auth = config.auth === null ? null : new Authenticator(loadAuthFile(config.auth));
+  if (auth === null && !config.insecure) {
+    lifecycle.info(
+      { auth: null },
+      'no auth file: the control listener takes no credentials, so it serves loopback only (docs/security.md)',
+    );
+  } else if (auth === null) {
+    lifecycle.warn(
+      { insecure: true },
+      `--insecure: the control listener (${config.control.host}:${config.control.port}) takes no credentials; ` +
+        'anyone who reaches it can take any lock and read live tokens (docs/security.md)',
+    );
+  }
   // Before anything else: a bad certificate or key stops the start with one line naming the file.
   const tls = openTls(config);
   // A missing default ./policies is fine: a first run needs no policy (the issuer alone is useful).
@@ -145,6 +167,7 @@ export async function startServer(
       breakers,
       sequencers: sequencerKeys === null ? null : new SequencerIssuer(sequencerKeys, store),
       tls: tls.control,
+      auth,
     });
     closers.unshift(async () => {
       issuer.shutdown();
@@ -165,6 +188,13 @@ export async function startServer(
       upstreamCa: tls.upstreamCa,
     });
     closers.unshift(() => gateway.close());
+    let health: FastifyInstance | null = null;
+    if (config.health !== null) {
+      const probes = await buildProbes({ store, metrics, logger, accessLog: config.accessLog > 0 });
+      closers.unshift(() => probes.close());
+      await probes.listen({ host: config.health.host, port: config.health.port });
+      health = probes;
+    }
     await control.listen({ host: config.control.host, port: config.control.port });
     await gateway.listen({ host: config.listen.host, port: config.listen.port });
     const reloaded = (result: ReloadResult, trigger: ReloadTrigger) => {
@@ -179,6 +209,7 @@ export async function startServer(
     return {
       data: address(gateway, tls.data !== null),
       control: address(control, tls.control !== null),
+      health: health === null ? null : address(health, false),
       sample,
       store,
       metrics,
@@ -186,6 +217,23 @@ export async function startServer(
       reload: async (trigger) => reloaded(await policy.reload(), trigger),
       sequencerKeys,
       reloadTls: (trigger) => reloadTls(tls, lifecycle, trigger),
+      reloadAuth: () => {
+        if (auth === null || config.auth === null) return;
+        try {
+          const next = loadAuthFile(config.auth);
+          auth.replace(next);
+          lifecycle.info(
+            { auth: { outcome: 'success', principals: next.principals.length } },
+            `auth file reloaded (${next.principals.length} principals)`,
+          );
+        } catch (err) {
+          const message = err instanceof Error ? err.message : String(err);
+          lifecycle.error(
+            { auth: { outcome: 'failure', errors: message.split('\n') } },
+            'auth file reload failed, keeping the last good one',
+          );
+        }
+      },
       close: () => runClosers(closers),
     };
   } catch (err) {

@@ -8,7 +8,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { FencegateError, LeaseLostError, LockHeldError } from './errors.js';
-import { call, problemMessage, type FetchLike } from './http.js';
+import { call, credentialHeaders, problemMessage, type FetchLike } from './http.js';
 import { Lock, type LeaseInfo } from './lock.js';
 
 export { FencegateError, LockHeldError, LeaseLostError } from './errors.js';
@@ -24,6 +24,12 @@ export interface ClientOptions {
   requestTimeoutMs?: number;
   /** Attempts for an acquire whose response was lost (same requestId each time; default 3). */
   acquireAttempts?: number;
+  /**
+   * API key for a control listener with an auth file (`fencegate auth hash`), sent as
+   * `Authorization: Bearer <key>` on every issuer call; never on `lock.fetch` (the data
+   * listener and the upstream never see it).
+   */
+  apiKey?: string;
 }
 
 export interface AcquireOptions {
@@ -53,8 +59,10 @@ export class FencegateClient {
   private readonly fetchImpl: FetchLike;
   private readonly timeoutMs: number;
   private readonly attempts: number;
+  private readonly headers: Readonly<Record<string, string>>;
 
   constructor(options: ClientOptions) {
+    this.headers = credentialHeaders(options.apiKey);
     this.base = options.url.replace(/\/+$/, '');
     this.fetchImpl = options.fetch ?? fetch;
     this.timeoutMs = options.requestTimeoutMs ?? 5000;
@@ -88,6 +96,7 @@ export class FencegateClient {
           body: { owner: options.owner, ttlMs, waitMs, requestId },
           timeoutMs: waitMs + this.timeoutMs,
           signal: options.signal,
+          headers: this.headers,
         });
         if (r.ok) return await this.handOver(r.body, firstSentAt, options);
         const msg = problemMessage(r.status, r.problem);
@@ -117,6 +126,7 @@ export class FencegateClient {
       renewEveryMs: options.renewEveryMs,
       safetyMarginMs: options.safetyMarginMs,
       requestTimeoutMs: this.timeoutMs,
+      headers: this.headers,
     });
     if (!lock.lost) return lock;
     const reason = lock.signal.reason as LeaseLostError;
@@ -139,6 +149,7 @@ export class FencegateClient {
     const r = await call<LockStatus>(this.fetchImpl, this.lockUrl(key), {
       method: 'GET',
       timeoutMs: this.timeoutMs,
+      headers: this.headers,
     });
     if (r.ok) return r.body;
     if (r.status === 404) return null;

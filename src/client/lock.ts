@@ -38,6 +38,8 @@ export interface LockOptions {
   /** Fire the signal this long before the local deadline (default max(20, ttlMs / 10)). */
   safetyMarginMs?: number;
   requestTimeoutMs: number;
+  /** The credential for renew and release (the client's apiKey); never sent by fetch(). */
+  headers?: Readonly<Record<string, string>>;
 }
 
 export class Lock {
@@ -156,6 +158,7 @@ export class Lock {
       method: 'POST',
       body: { leaseId: this.leaseId, ttlMs },
       timeoutMs: this.options.requestTimeoutMs,
+      headers: this.options.headers,
     });
     if (r.ok) {
       if (this.lost) throw this.signal.reason;
@@ -182,6 +185,7 @@ export class Lock {
         method: 'POST',
         body: { leaseId: this.leaseId },
         timeoutMs: this.options.requestTimeoutMs,
+        headers: this.options.headers,
       });
       return r.ok;
     } finally {

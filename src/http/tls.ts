@@ -170,10 +170,13 @@ function fingerprintOf(o: SecureContextOptions): string {
  * no certificate). For mapping mTLS clients to principals: pass `request.raw.socket`.
  */
 export function peerCertificate(socket: unknown): PeerCertificate | null {
-  if (!(socket instanceof TLSSocket) || !socket.authorized) return null;
-  const cert = socket.getPeerCertificate();
+  // Duck-typed: any TLS socket (or a test's stand-in) that verified its peer.
+  const tls = socket as Partial<TLSSocket> | null;
+  if (tls?.encrypted !== true || tls.authorized !== true || typeof tls.getPeerCertificate !== 'function')
+    return null;
+  const cert = tls.getPeerCertificate();
   // An empty object means no certificate was presented.
-  return cert !== null && Object.keys(cert).length > 0 ? cert : null;
+  return cert !== null && typeof cert === 'object' && Object.keys(cert).length > 0 ? cert : null;
 }
 
 /**

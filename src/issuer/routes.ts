@@ -4,6 +4,8 @@
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
+import { boundPrincipal } from '../auth/access.js';
+import { boundOwner, ownerPrincipal } from '../auth/model.js';
 import { ProblemError } from '../errors.js';
 import { pathOf, refuse } from '../http/problems.js';
 import type { EventInput, EventLog } from '../observe/events.js';
@@ -76,9 +78,36 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
       path: pathOf(req.url),
     });
 
+  /**
+   * With an auth file, a lease belongs to the principal that took it: the owner is
+   * recorded as `<principal>/<owner>`, so the store's replay by (key, requestId, owner)
+   * only ever matches the same principal's requests, and renew and release check the
+   * live lease's recorded principal before they touch it (a lease id names one grant,
+   * whose owner never changes, so what inspect shows is what renew or release would act
+   * on; a lease id that is not live there the store refuses by itself).
+   */
+  const refuseOthersLease = async (req: FastifyRequest, key: string, leaseId: string, verb: string) => {
+    const principal = boundPrincipal(req);
+    if (principal === null) return;
+    const s = await issuer.inspect(key);
+    if (s === null || s.leaseId !== leaseId || ownerPrincipal(s.owner) === principal) return;
+    throw new ProblemError(
+      'forbidden',
+      `principal "${principal}" may not ${verb} a lease another principal took`,
+      {
+        principal,
+        verb,
+        lock: key,
+        leaseId,
+      },
+    );
+  };
+
   app.post<{ Params: KeyParams }>('/v1/locks/:key/acquire', async (req, reply) => {
     const key = keyOf(req);
-    const body = parseAcquire(req.body, issuer.limits, defaultTtl);
+    const parsed = parseAcquire(req.body, issuer.limits, defaultTtl);
+    const principal = boundPrincipal(req);
+    const body = principal === null ? parsed : { ...parsed, owner: boundOwner(principal, parsed.owner) };
     // A client that hangs up stops waiting in the queue. (The response's 'close', not the
     // request's: a request emits 'close' as soon as its body has been read.)
     const abort = new AbortController();
@@ -143,6 +172,7 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
   app.post<{ Params: KeyParams }>('/v1/locks/:key/renew', async (req, reply) => {
     const key = keyOf(req);
     const body = parseRenew(req.body, issuer.limits, defaultTtl);
+    await refuseOthersLease(req, key, body.leaseId, 'renew');
     const r = await issuer.renew(key, body.leaseId, body.ttlMs);
     if (!r.ok) {
       record(req, key, {
@@ -171,6 +201,7 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
   app.post<{ Params: KeyParams }>('/v1/locks/:key/release', async (req, reply) => {
     const key = keyOf(req);
     const body = parseRelease(req.body);
+    await refuseOthersLease(req, key, body.leaseId, 'release');
     const r = await issuer.release(key, body.leaseId);
     if (!r.ok) {
       record(req, key, {

@@ -9,6 +9,7 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
+import { visibleKeys } from '../auth/access.js';
 import { ProblemError } from '../errors.js';
 import { matches, type EventFilter, type EventLog, type FenceEvent } from './events.js';
 import { parseEventQuery } from './event-query.js';
@@ -41,6 +42,12 @@ function lastEventId(request: FastifyRequest): number | null {
   return Number(header.trim());
 }
 
+/** With an auth file: only the events of locks under the principal's `events` prefixes. */
+function restrict(filter: EventFilter, request: FastifyRequest): void {
+  const visible = visibleKeys(request, 'events');
+  if (visible !== undefined) filter.lockVisible = visible;
+}
+
 async function eventsRoutes(app: FastifyInstance, opts: EventsRoutesOptions): Promise<void> {
   const { events } = opts;
   const heartbeatMs = opts.heartbeatMs ?? 15_000;
@@ -53,12 +60,14 @@ async function eventsRoutes(app: FastifyInstance, opts: EventsRoutesOptions): Pr
 
   app.get('/v1/events', async (request) => {
     const { filter, limit } = parseEventQuery(request.query, { stream: false });
+    restrict(filter, request);
     return { total: events.total, oldest: events.oldestId, events: events.recent(limit, filter) };
   });
 
   // No automatic HEAD route: a HEAD would open a stream that sends nothing and never ends.
   app.get('/v1/events/stream', { exposeHeadRoute: false }, (request: FastifyRequest, reply: FastifyReply) => {
     const { filter } = parseEventQuery(request.query, { stream: true });
+    restrict(filter, request);
     const resumeFrom = lastEventId(request);
     const live: EventFilter = { ...filter };
     delete live.afterId;

@@ -75,6 +75,8 @@ export interface EventFilter {
   afterId?: number;
   /** Only events decided at or after this time (ms since the epoch). */
   fromTime?: number;
+  /** Only events of the locks this accepts (the principal's `events` prefixes, src/auth). */
+  lockVisible?: (lock: string) => boolean;
 }
 
 export function matches(e: FenceEvent, f: EventFilter): boolean {
@@ -84,6 +86,7 @@ export function matches(e: FenceEvent, f: EventFilter): boolean {
   if (f.reasons !== undefined && !f.reasons.includes(e.reason)) return false;
   if (f.afterId !== undefined && e.id <= f.afterId) return false;
   if (f.fromTime !== undefined && Date.parse(e.time) < f.fromTime) return false;
+  if (f.lockVisible !== undefined && !f.lockVisible(e.lock)) return false;
   return true;
 }
 

@@ -4,7 +4,9 @@
  */
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import type { Store } from '../store/types.js';
+import { visiblePrefixes } from '../auth/access.js';
+import { under } from '../auth/model.js';
+import type { ListLocksQuery, LockPage, Store } from '../store/types.js';
 import { encodeCursor, parseLocksQuery } from './event-query.js';
 
 export interface LocksRoutesOptions {
@@ -14,7 +16,9 @@ export interface LocksRoutesOptions {
 async function locksRoutes(app: FastifyInstance, opts: LocksRoutesOptions): Promise<void> {
   app.get('/v1/locks', async (request) => {
     const q = parseLocksQuery(request.query);
-    const page = await opts.store.listLocks({ limit: q.limit, prefix: q.prefix, after: q.after });
+    const page = await listVisible(opts.store, { limit: q.limit, prefix: q.prefix, after: q.after }, [
+      ...(visiblePrefixes(request, 'read') ?? ['']),
+    ]);
     return {
       locks: page.locks.map((s) => ({
         key: s.key,
@@ -29,6 +33,26 @@ async function locksRoutes(app: FastifyInstance, opts: LocksRoutesOptions): Prom
       next: page.next === null ? null : encodeCursor(page.next),
     };
   });
+}
+
+/**
+ * The page of locks under `prefixes` (the principal's `read` prefixes; [''] for all):
+ * live tokens and owners are shown only to who may read them. When one readable prefix
+ * lies under the requested one, the store is asked for that prefix alone, so pages are
+ * full; with several, the page is filtered (it may hold fewer than `limit`; `next`
+ * still leads on).
+ */
+async function listVisible(store: Store, query: ListLocksQuery, prefixes: string[]): Promise<LockPage> {
+  if (under(prefixes, query.prefix)) return store.listLocks(query);
+  const inside = prefixes.filter((p) => p.startsWith(query.prefix));
+  if (inside.length === 0) return { locks: [], next: null, now: 0 };
+  if (inside.length === 1) {
+    const narrowed = inside[0] as string;
+    const after = query.after !== null && query.after < narrowed ? null : query.after;
+    return store.listLocks({ ...query, prefix: narrowed, after });
+  }
+  const page = await store.listLocks(query);
+  return { ...page, locks: page.locks.filter((s) => under(inside, s.key)) };
 }
 
 export default fp(locksRoutes, { name: 'fencegate-locks-list', fastify: '5.x' });

@@ -349,6 +349,12 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
       labelNames: ['reason'] as const,
       registers,
     }),
+    authRefusals: new Counter({
+      name: 'fencegate_auth_refusals_total',
+      help: 'Control-listener requests refused by the auth file: unauthenticated (401), forbidden (403)',
+      labelNames: ['reason'] as const,
+      registers,
+    }),
     tokensIssued: new Counter({
       name: 'fencegate_tokens_issued_total',
       help: 'Fencing tokens minted by the issuer',
@@ -424,6 +430,7 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
   for (const outcome of ['granted', 'held']) metrics.acquireSeconds.zero({ outcome });
   for (const end of ['released', 'expired']) metrics.holdSeconds.zero({ end });
   for (const reason of CUT_REASONS) metrics.forwardsCut.inc({ reason }, 0);
+  for (const reason of ['unauthenticated', 'forbidden']) metrics.authRefusals.inc({ reason }, 0);
   return metrics;
 }
 

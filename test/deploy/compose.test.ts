@@ -32,7 +32,15 @@ interface Service {
   command?: string[];
   environment?: Record<string, string>;
   volumes?: string[];
-  ports?: { published: number; target: number }[];
+  ports?: ({ published: number; target: number } | string)[];
+}
+
+/** A port as `docker-compose config` prints it: an object, or "HOST_IP:PUBLISHED:TARGET/PROTO". */
+function port(p: { published: number; target: number } | string) {
+  if (typeof p !== 'string') return { hostIp: null, published: p.published, target: p.target };
+  const m = /^(?:([\d.]+):)?(\d+):(\d+)(?:\/\w+)?$/.exec(p);
+  if (!m) throw new Error(`unexpected port ${p}`);
+  return { hostIp: m[1] ?? null, published: Number(m[2]), target: Number(m[3]) };
 }
 
 /* eslint-disable @typescript-eslint/no-explicit-any -- provisioning files are plain YAML data */
@@ -81,7 +89,14 @@ describe('deploy/docker-compose.yml', () => {
       expect(g.build?.dockerfile, name).toBe('deploy/Dockerfile');
       await access(join(g.build?.context ?? '', 'deploy', 'Dockerfile'));
       expect(g.volumes, name).toContain(`${join(ROOT, 'policies')}:/app/policies:ro`);
-      expect(g.ports?.map((p) => p.target).sort(), name).toEqual([8080, 9090]);
+      const ports = (g.ports ?? []).map(port);
+      expect(ports.map((p) => p.target).sort(), name).toEqual([8080, 9090]);
+      // Without an auth file the control listener must be told --insecure (or it would not
+      // start), and then it is published on the host's loopback only.
+      if (g.environment?.FENCEGATE_AUTH === undefined) {
+        expect(g.environment?.FENCEGATE_INSECURE, name).toBe('true');
+        expect(ports.find((p) => p.target === 9090)?.hostIp, name).toBe('127.0.0.1');
+      }
     }
 
     // Prometheus scrapes every fencegate's control port and loads the alert rules.

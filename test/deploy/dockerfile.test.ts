@@ -63,12 +63,16 @@ describe('deploy/Dockerfile', () => {
     expect(user).not.toMatch(/^(root|0)$/);
   });
 
-  it('runs fencegate serve, listening on all interfaces (data 8080, control 9090)', () => {
+  it('runs fencegate serve, listening on all interfaces (data 8080, control 9090, probes 9091)', () => {
     expect(JSON.parse(all(runtime, 'ENTRYPOINT')[0] as string)).toEqual(['fencegate', 'serve']);
     const env = all(runtime, 'ENV').join(' ');
     expect(env).toContain('FENCEGATE_LISTEN=0.0.0.0:8080');
     expect(env).toContain('FENCEGATE_CONTROL=0.0.0.0:9090');
-    expect(all(runtime, 'EXPOSE').join(' ').split(' ').sort()).toEqual(['8080', '9090']);
+    expect(env).toContain('FENCEGATE_HEALTH=0.0.0.0:9091');
+    // Secure by default: the image does not turn authentication off; the deployment
+    // gives FENCEGATE_AUTH (or, knowingly, FENCEGATE_INSECURE).
+    expect(env).not.toMatch(/FENCEGATE_INSECURE|FENCEGATE_AUTH/);
+    expect(all(runtime, 'EXPOSE').join(' ').split(' ').sort()).toEqual(['8080', '9090', '9091']);
   });
 
   it('installs the packed tarball with production dependencies only', () => {
@@ -112,6 +116,7 @@ describe('deploy/Dockerfile', () => {
   describe('HEALTHCHECK', () => {
     let server: FencegateProcess;
     let script: string;
+    let health: string;
 
     beforeAll(async () => {
       const hc = all(runtime, 'HEALTHCHECK')[0] as string;
@@ -127,17 +132,23 @@ describe('deploy/Dockerfile', () => {
         `fghc${process.pid}`,
         '--policies',
         'test/fixtures/empty-policy.yaml',
+        '--health',
+        '127.0.0.1:0',
       ]);
+      health = /listening .* health=(\S+?)["\s]/.exec(server.output())?.[1] ?? '';
     }, 120_000);
 
     afterAll(async () => {
       await server?.kill();
     });
 
-    async function healthcheck(control: string): Promise<number> {
+    async function healthcheck(control: string, healthAt?: string): Promise<number> {
+      const env: NodeJS.ProcessEnv = { ...process.env, FENCEGATE_CONTROL: control };
+      delete env.FENCEGATE_HEALTH;
+      if (healthAt !== undefined) env.FENCEGATE_HEALTH = healthAt;
       try {
         await promisify(execFile)(process.execPath, ['-e', script], {
-          env: { ...process.env, FENCEGATE_CONTROL: control },
+          env,
           timeout: 10_000,
         });
         return 0;
@@ -153,6 +164,13 @@ describe('deploy/Dockerfile', () => {
 
     it('fails when nothing answers there', async () => {
       expect(await healthcheck(`0.0.0.0:${await freePort()}`)).toBe(1);
+    });
+
+    it('asks the probe listener FENCEGATE_HEALTH names, when there is one', async () => {
+      const port = new URL(health).port;
+      const nothing = `0.0.0.0:${await freePort()}`;
+      expect(await healthcheck(nothing, `0.0.0.0:${port}`)).toBe(0);
+      expect(await healthcheck(new URL(server.control).host, nothing)).toBe(1);
     });
   });
 });

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import ts from 'typescript';
 import { parseAllDocuments } from 'yaml';
 import { describe, expect, it } from 'vitest';
+import { parseAuthText } from '../../src/auth/file.js';
 import { parsePolicyText } from '../../src/policy/index.js';
 import { ROOT } from '../helpers/procs.js';
 
@@ -136,6 +137,7 @@ describe('deploy/k8s', () => {
       'HorizontalPodAutoscaler',
       'PodDisruptionBudget',
       'Secret',
+      'Secret',
       'Service',
     ]);
     expect(await schemaErrors(manifests)).toEqual([]);
@@ -176,9 +178,12 @@ describe('deploy/k8s', () => {
     const [service] = byKind<{ spec: any }>(manifests, 'Service');
     const [pdb] = byKind<{ spec: any }>(manifests, 'PodDisruptionBudget');
     const [hpa] = byKind<{ spec: any }>(manifests, 'HorizontalPodAutoscaler');
-    const [secret] = byKind<{ stringData: Record<string, string> }>(manifests, 'Secret');
+    const secrets = byKind<{ stringData: Record<string, string> }>(manifests, 'Secret');
+    const secret = secrets.find((s) => s.metadata.name === 'fencegate-store');
+    const authSecret = secrets.find((s) => s.metadata.name === 'fencegate-auth');
     const [configMap] = byKind<{ data: Record<string, string> }>(manifests, 'ConfigMap');
-    if (!deployment || !service || !pdb || !hpa || !secret || !configMap) throw new Error('missing object');
+    if (!deployment || !service || !pdb || !hpa || !secret || !authSecret || !configMap)
+      throw new Error('missing object');
 
     const pod = deployment.spec.template;
     const podLabels = pod.metadata.labels as Record<string, string>;
@@ -200,11 +205,15 @@ describe('deploy/k8s', () => {
       new Map([
         ['data', 8080],
         ['control', 9090],
+        ['health', 9091],
       ]),
     );
     for (const p of service.spec.ports) expect(ports.has(p.targetPort), p.name).toBe(true);
-    expect(c.readinessProbe.httpGet).toEqual({ path: '/readyz', port: 'control' });
-    expect(c.livenessProbe.httpGet).toEqual({ path: '/healthz', port: 'control' });
+    // Probes and scrapes go to the probe listener, which needs no credential.
+    expect(c.readinessProbe.httpGet).toEqual({ path: '/readyz', port: 'health' });
+    expect(c.livenessProbe.httpGet).toEqual({ path: '/healthz', port: 'health' });
+    expect(c.startupProbe.httpGet).toEqual({ path: '/healthz', port: 'health' });
+    expect(pod.metadata.annotations['prometheus.io/port']).toBe('9091');
     expect(c.resources.requests.cpu).toBeDefined(); // the HPA's utilisation is relative to it
 
     // Graceful shutdown: the pod leaves the endpoints during preStop, then SIGTERM drains.
@@ -233,6 +242,20 @@ describe('deploy/k8s', () => {
     }
     expect(env.get('FENCEGATE_CONTROL').value).toBe('0.0.0.0:9090');
     expect(env.get('FENCEGATE_LISTEN').value).toBe('0.0.0.0:8080');
+    expect(env.get('FENCEGATE_HEALTH').value).toBe('0.0.0.0:9091');
+
+    // The control listener binds all interfaces, so it needs an auth file (or it would not
+    // start): mounted from the Secret, and one that loads.
+    expect(env.has('FENCEGATE_INSECURE')).toBe(false);
+    const authPath = env.get('FENCEGATE_AUTH').value as string;
+    const authMount = c.volumeMounts.find((m: any) => authPath.startsWith(`${m.mountPath}/`));
+    const authVolume = pod.spec.volumes.find((v: any) => v.name === authMount.name);
+    expect(authVolume.secret.secretName).toBe(authSecret.metadata.name);
+    const authFile = authPath.slice(authMount.mountPath.length + 1);
+    expect(Object.keys(authSecret.stringData)).toContain(authFile);
+    expect(
+      parseAuthText(authFile, authSecret.stringData[authFile] as string).principals.length,
+    ).toBeGreaterThan(0);
   });
 
   it('kustomization.yaml lists every manifest', async () => {

@@ -1,8 +1,10 @@
 // The fencegate ops dashboard. Plain browser JavaScript, no dependencies, no build step.
 //
-// Data: GET /v1/events (the backlog), then /v1/events/stream (Server-Sent Events; the
-// browser resumes with Last-Event-ID after a drop), GET /v1/locks (paged) and
-// GET /v1/status, polled. Every value is put into the page as text (textContent,
+// Data: GET /v1/events (the backlog), then /v1/events/stream (Server-Sent Events, read
+// with fetch so the request can carry a credential; after a drop it resumes after the
+// last event it has), GET /v1/locks (paged) and GET /v1/status, polled. On a control
+// listener with an auth file, every call carries the API key typed into the page
+// (`Authorization: Bearer`), kept in this tab's sessionStorage only. Every value is put into the page as text (textContent,
 // createElement): lock keys, paths and owners come from clients and are never parsed as
 // HTML. The events are kept in a bounded buffer (MAX_EVENTS); the chart is aggregated
 // from it by time bucket, the feed renders at most FEED_ROWS rows, and rendering is
@@ -33,6 +35,8 @@
     'not-owner',
   ];
   const SVG = 'http://www.w3.org/2000/svg';
+  const RETRY_MS = 2000;
+  const KEY_STORE = 'fencegate.apiKey';
 
   /** Events, oldest first; trimmed to MAX_EVENTS at each render. */
   let events = [];
@@ -41,8 +45,54 @@
   let renderTimer = null;
   let gapNote = '';
   const locks = { cursor: null, next: null, rows: [], fetchedAt: 0 };
+  let apiKey = readKey();
+  /** Aborts the running event stream (a new key starts another). */
+  let stream = null;
 
   const $ = (id) => document.getElementById(id);
+
+  // ---- credentials ----
+
+  function readKey() {
+    try {
+      return sessionStorage.getItem(KEY_STORE) || '';
+    } catch {
+      return '';
+    }
+  }
+
+  function storeKey(key) {
+    apiKey = key;
+    try {
+      if (key) sessionStorage.setItem(KEY_STORE, key);
+      else sessionStorage.removeItem(KEY_STORE);
+    } catch {
+      // storage refused (private mode): the key lasts until the page is left
+    }
+  }
+
+  /** fetch() on the control API with the API key, if one was given. 401 asks for one. */
+  async function api(path, init = {}) {
+    const headers = new Headers(init.headers);
+    if (apiKey) headers.set('authorization', `Bearer ${apiKey}`);
+    const res = await fetch(path, { ...init, headers, cache: 'no-store' });
+    if (res.status === 401) askForKey(apiKey ? 'API key refused' : 'API key needed');
+    return res;
+  }
+
+  function askForKey(why) {
+    setConn(why, 'pill-bad');
+    $('auth').hidden = false;
+    $('api-key').focus();
+  }
+
+  function useKey() {
+    storeKey($('api-key').value.trim());
+    $('api-key').value = '';
+    $('auth').hidden = true;
+    setConn('connecting…', 'pill-warn');
+    refresh();
+  }
 
   /** An element with text children (strings become text nodes, never markup). */
   function el(tag, className, ...children) {
@@ -236,7 +286,7 @@
   }
 
   async function loadBacklog() {
-    const res = await fetch(`/v1/events?limit=${MAX_EVENTS}`);
+    const res = await api(`/v1/events?limit=${MAX_EVENTS}`);
     if (!res.ok) throw new Error(`GET /v1/events: ${res.status}`);
     const body = await res.json();
     total = body.total;
@@ -244,23 +294,72 @@
     lastId = Math.max(lastId, body.total);
   }
 
+  /** Follows /v1/events/stream until aborted, reconnecting after a drop. */
   function follow() {
-    const source = new EventSource(`/v1/events/stream?since=${lastId}`);
-    source.onopen = () => setConn('live', 'pill-ok');
-    source.onerror = () => setConn('reconnecting…', 'pill-warn');
-    source.onmessage = (m) => {
-      accept(JSON.parse(m.data));
-      scheduleRender();
-    };
-    source.addEventListener('gap', (m) => {
-      const g = JSON.parse(m.data);
+    if (stream) stream.abort();
+    const ctl = new AbortController();
+    stream = ctl;
+    void (async () => {
+      while (!ctl.signal.aborted) {
+        try {
+          const res = await api(`/v1/events/stream?since=${lastId}`, {
+            signal: ctl.signal,
+            headers: { accept: 'text/event-stream' },
+          });
+          if (res.status === 401) return; // until a key is given
+          if (res.status === 403) {
+            setConn('no events grant', 'pill-bad');
+            return;
+          }
+          if (!res.ok || !res.body) throw new Error(`GET /v1/events/stream: ${res.status}`);
+          setConn('live', 'pill-ok');
+          await readFrames(res.body, ctl.signal);
+        } catch {
+          // dropped: try again below
+        }
+        if (ctl.signal.aborted) return;
+        setConn('reconnecting…', 'pill-warn');
+        await new Promise((r) => setTimeout(r, RETRY_MS));
+      }
+    })();
+  }
+
+  /** Reads Server-Sent Events frames (id, event, data lines; blank line ends one). */
+  async function readFrames(body, signal) {
+    const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+    signal.addEventListener('abort', () => void reader.cancel().catch(() => undefined), { once: true });
+    let buffer = '';
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      buffer += value;
+      let end;
+      while ((end = buffer.indexOf('\n\n')) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        let type = 'message';
+        const data = [];
+        for (const line of block.split('\n')) {
+          if (line.startsWith('event:')) type = line.slice(6).trim();
+          else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
+        }
+        if (data.length > 0) onFrame(type, data.join('\n'));
+      }
+    }
+  }
+
+  function onFrame(type, data) {
+    if (type === 'gap') {
+      const g = JSON.parse(data);
       gapNote = g.restarted ? ' (the server restarted: ids started again)' : ' (some events were missed)';
       if (g.restarted) {
         events = [];
         lastId = 0;
       }
-      scheduleRender();
-    });
+    } else if (type === 'message') {
+      accept(JSON.parse(data));
+    }
+    scheduleRender();
   }
 
   function setConn(text, cls) {
@@ -299,7 +398,7 @@
     const prefix = $('l-prefix').value;
     if (prefix) q.set('prefix', prefix);
     if (locks.cursor) q.set('cursor', locks.cursor);
-    const res = await fetch(`/v1/locks?${q}`);
+    const res = await api(`/v1/locks?${q}`);
     if (!res.ok) {
       $('locks-caption').textContent = `(could not list: ${res.status})`;
       return;
@@ -324,7 +423,7 @@
   }
 
   async function loadStatus() {
-    const res = await fetch('/v1/status');
+    const res = await api('/v1/status');
     if (!res.ok) return;
     const s = await res.json();
     const pill = $('store-pill');
@@ -370,12 +469,6 @@
 
   // ---- wiring ----
 
-  function every(ms, fn) {
-    const run = () => fn().catch(() => undefined);
-    void run();
-    setInterval(run, ms);
-  }
-
   function start() {
     const reasons = $('f-reason');
     for (const r of REASONS) reasons.append(el('option', '', r));
@@ -400,10 +493,33 @@
       locks.cursor = locks.next;
       void loadLocks();
     });
-    every(STATUS_EVERY_MS, loadStatus);
-    every(LOCKS_EVERY_MS, loadLocks);
+    $('key-use').addEventListener('click', useKey);
+    $('api-key').addEventListener('keydown', (e) => {
+      if (e.key === 'Enter') useKey();
+    });
+    $('key-forget').addEventListener('click', () => {
+      storeKey('');
+      refresh();
+    });
+    setInterval(() => void loadStatus().catch(() => undefined), STATUS_EVERY_MS);
+    setInterval(() => void loadLocks().catch(() => undefined), LOCKS_EVERY_MS);
     setInterval(renderLocks, 1000);
     setInterval(scheduleRender, BUCKET_MS); // the chart's window moves on
+    refresh();
+  }
+
+  /** Loads everything again and (re)starts the stream: at start and after a new key. */
+  function refresh() {
+    $('key-forget').hidden = !apiKey;
+    // What the last key showed is not shown under another one.
+    if (stream) stream.abort();
+    events = [];
+    lastId = 0;
+    locks.rows = [];
+    locks.cursor = null;
+    renderLocks();
+    void loadStatus().catch(() => undefined);
+    void loadLocks().catch(() => undefined);
     loadBacklog()
       .catch(() => undefined)
       .then(() => {
