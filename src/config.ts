@@ -45,7 +45,15 @@ export interface ServeConfig {
   logFormat: LogFormat | null;
   /** Share of data-listener requests written to the access log: 0 (off) to 1 (every one). */
   accessLog: number;
+  /**
+   * Processes serving the data listener (serve --workers, docs/adr/0008-workers.md); null:
+   * the CPUs available (os.availableParallelism()). 1 runs everything in one process.
+   */
+  workers: number | null;
 }
+
+/** The most worker processes `--workers` accepts. */
+export const MAX_WORKERS = 256;
 
 export const DEFAULTS: ServeConfig = Object.freeze({
   store: './.fencegate',
@@ -66,6 +74,7 @@ export const DEFAULTS: ServeConfig = Object.freeze({
   logLevel: 'info',
   logFormat: null,
   accessLog: 1,
+  workers: null,
 });
 
 export class ConfigError extends Error {
@@ -111,6 +120,23 @@ function parseAccessLog(value: string | number | boolean, where: string): number
   return n;
 }
 
+/** auto (null: the CPUs available) or a process count. */
+function parseWorkers(value: string | number | boolean, where: string): number | null {
+  if (value === 'auto') return null;
+  const n =
+    typeof value === 'number'
+      ? value
+      : typeof value === 'string' && /^\d+$/.test(value)
+        ? Number(value)
+        : NaN;
+  if (!Number.isSafeInteger(n) || n < 1 || n > MAX_WORKERS) {
+    throw new ConfigError(
+      `${where}: "${String(value)}" must be auto or an integer between 1 and ${MAX_WORKERS}`,
+    );
+  }
+  return n;
+}
+
 function parseBool(value: string | boolean, where: string): boolean {
   if (typeof value === 'boolean') return value;
   if (/^(1|true|yes|on)$/i.test(value)) return true;
@@ -120,7 +146,8 @@ function parseBool(value: string | boolean, where: string): boolean {
 
 export type RawSettings = Partial<Record<keyof ServeConfig, string | number | boolean>>;
 
-type Kind = 'string' | 'name' | 'hostport' | 'bool' | 'int' | 'hostport?' | 'level' | 'format' | 'sample';
+type Kind =
+  'string' | 'name' | 'hostport' | 'bool' | 'int' | 'hostport?' | 'level' | 'format' | 'sample' | 'workers';
 
 const KEYS: Record<keyof ServeConfig, Kind> = {
   store: 'string',
@@ -141,6 +168,7 @@ const KEYS: Record<keyof ServeConfig, Kind> = {
   logLevel: 'level',
   logFormat: 'format',
   accessLog: 'sample',
+  workers: 'workers',
 };
 
 export const ENV_VARS: Partial<Record<keyof ServeConfig, string>> = {
@@ -158,6 +186,7 @@ export const ENV_VARS: Partial<Record<keyof ServeConfig, string>> = {
   logLevel: 'FENCEGATE_LOG_LEVEL',
   logFormat: 'FENCEGATE_LOG_FORMAT',
   accessLog: 'FENCEGATE_ACCESS_LOG',
+  workers: 'FENCEGATE_WORKERS',
 };
 
 function applyOne(cfg: ServeConfig, key: keyof ServeConfig, value: string | number | boolean, where: string) {
@@ -198,6 +227,9 @@ function applyOne(cfg: ServeConfig, key: keyof ServeConfig, value: string | numb
       break;
     case 'sample':
       target[key] = parseAccessLog(value, where);
+      break;
+    case 'workers':
+      target[key] = parseWorkers(value, where);
       break;
   }
 }

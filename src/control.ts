@@ -45,6 +45,8 @@ export async function buildControl(opts: {
   breakers?: BreakerBoard;
   /** Sequencer signing and the published keys (GET /v1/keys); null: sequencers off. */
   sequencers?: SequencerIssuer | null;
+  /** What GET /metrics answers; default: `metrics.registry`. With --workers: every process's, merged. */
+  scrape?: () => Promise<string>;
 }): Promise<FastifyInstance> {
   const loggerOption =
     opts.logger !== undefined
@@ -91,9 +93,10 @@ export async function buildControl(opts: {
     const h = await storeHealth(opts.store);
     return reply.code(h.ok ? 200 : 503).send({ ok: h.ok, store: storeHealthJson(h) });
   });
+  const scrape = opts.scrape ?? (() => opts.metrics.registry.metrics());
   app.get('/metrics', async (_req, reply) => {
     reply.type(opts.metrics.registry.contentType);
-    return opts.metrics.registry.metrics();
+    return scrape();
   });
   return app;
 }

@@ -55,14 +55,75 @@ export async function startServer(
   config: Readonly<ServeConfig>,
   logger: Logger = silentLogger(),
 ): Promise<RunningServer> {
+  const core = await openCore(config, logger);
+  try {
+    const events = controlEventLog(core);
+    const breakers = new BreakerBoard();
+    const { control, sample } = await buildControlPlane(core, events, breakers);
+    const gateway = await buildDataPlane(core, events, breakers);
+    await control.listen({ host: config.control.host, port: config.control.port });
+    await gateway.listen({ host: config.listen.host, port: config.listen.port });
+    const reloaded = countedReload(core);
+    core.policy.watch((result) => reloaded(result, 'watch'));
+    core.closers.unshift(async () => core.policy.unwatch());
+    logStore(core);
+    return {
+      data: address(gateway),
+      control: address(control),
+      sample,
+      store: core.store,
+      metrics: core.metrics,
+      policy: core.policy,
+      reload: async (trigger) => reloaded(await core.policy.reload(), trigger),
+      sequencerKeys: core.sequencerKeys,
+      close: () => runClosers(core.closers),
+    };
+  } catch (err) {
+    await runClosers(core.closers);
+    throw err;
+  }
+}
+
+/**
+ * What the control plane and the data plane of one process share: the policy, the
+ * metrics registry, the store (instrumented), the sequencer keys, and the closers that
+ * undo it all in reverse order. `serve` runs both planes over one core; with --workers,
+ * the primary runs the control plane over its core and each worker the data plane over
+ * its own (src/workers/).
+ */
+export interface ServeCore {
+  config: Readonly<ServeConfig>;
+  logger: Logger;
+  lifecycle: Logger;
+  policy: PolicyHolder;
+  metrics: Metrics;
+  store: Store;
+  sequencerKeys: KeyRing | null;
+  /** Run first to last by runClosers (each part unshifts its own). */
+  closers: (() => Promise<unknown>)[];
+}
+
+/**
+ * Loads the policy, opens the store and the sequencer keys (which it follows).
+ * `startupNotes: 'debug'` logs the start-up notes (no policies, no sequencer keys) at
+ * debug: a worker's primary has logged them already.
+ */
+export async function openCore(
+  config: Readonly<ServeConfig>,
+  logger: Logger,
+  options: { startupNotes?: 'info' | 'debug' } = {},
+): Promise<ServeCore> {
   const lifecycle = lifecycleLogger(logger);
+  const quiet = options.startupNotes === 'debug';
+  let starting = true;
   // A missing default ./policies is fine: a first run needs no policy (the issuer alone is useful).
   const opened = await PolicyHolder.open(config.policies, {
     mayBeMissing: config.policies === DEFAULTS.policies,
   });
   if (!opened.ok) throw new Error(`invalid policies: ${opened.errors.map(formatPolicyError).join('; ')}`);
   const policy = opened.holder;
-  if (opened.missing) lifecycle.info(noPolicies(config.policies));
+  if (opened.missing)
+    (quiet ? logger.debug.bind(logger) : lifecycle.info.bind(lifecycle))(noPolicies(config.policies));
 
   const metrics = createMetrics();
   const store = instrumentStore(
@@ -75,84 +136,111 @@ export async function startServer(
   const closers: (() => Promise<unknown>)[] = [() => store.close()];
   try {
     const sequencerKeys = await openSequencerKeys(config.sequencerKeys, config.store, (line) =>
-      lifecycle.warn(line),
+      quiet && starting ? logger.debug(line) : lifecycle.warn(line),
     );
+    starting = false;
     if (sequencerKeys !== null) {
       sequencerKeys.watch();
       closers.unshift(async () => sequencerKeys.close());
     }
-    const owners = new OwnerLookup(store);
-    const events = new EventLog({
-      log: fencedWriteLog(logger, metrics.logLinesSuppressed),
-      owners: (lock, token) => owners.owner(lock, token),
-    });
-    const breakers = new BreakerBoard();
-    const issuer = new Issuer(store, metrics, {
-      minTtlMs: config.minTtlMs,
-      maxTtlMs: config.maxTtlMs,
-      maxWaitMs: config.maxWaitMs,
-    });
-    let sample: string | null = null;
-    if (config.sample) {
-      const s = await startSampleUpstream(config.sample);
-      closers.unshift(() => s.close());
-      sample = s.url;
-    }
-    const control = await buildControl({
-      store,
-      issuer,
-      metrics,
-      events,
-      defaultTtlMs: config.defaultTtlMs,
-      logger,
-      accessLog: config.accessLog > 0,
-      policy,
-      breakers,
-      sequencers: sequencerKeys === null ? null : new SequencerIssuer(sequencerKeys, store),
-    });
-    closers.unshift(async () => {
-      issuer.shutdown();
-      await control.close();
-    });
-    const gateway = await createGateway({
-      store,
-      policy,
-      metrics,
-      events,
-      logger,
-      accessLog: config.accessLog,
-      storeBreaker: { timeoutMs: config.storeTimeoutMs, resetTimeoutMs: config.storeResetTimeoutMs },
-      session: { ttlMs: config.sessionTtlMs },
-      breakers,
-      sequencerKeys,
-    });
-    closers.unshift(() => gateway.close());
-    await control.listen({ host: config.control.host, port: config.control.port });
-    await gateway.listen({ host: config.listen.host, port: config.listen.port });
-    const reloaded = (result: ReloadResult, trigger: ReloadTrigger) => {
-      metrics.policyReloads.inc({ outcome: result.ok ? 'success' : 'failure' });
-      logReload(lifecycle, result, trigger);
-      return result;
-    };
-    policy.watch((result) => reloaded(result, 'watch'));
-    closers.unshift(async () => policy.unwatch());
-    const spec = redactStoreSpec(config.store);
-    lifecycle.info({ store: store.kind, spec }, `store ${store.kind} ${spec}`);
-    return {
-      data: address(gateway),
-      control: address(control),
-      sample,
-      store,
-      metrics,
-      policy,
-      reload: async (trigger) => reloaded(await policy.reload(), trigger),
-      sequencerKeys,
-      close: () => runClosers(closers),
-    };
+    return { config, logger, lifecycle, policy, metrics, store, sequencerKeys, closers };
   } catch (err) {
     await runClosers(closers);
     throw err;
   }
+}
+
+/** The event log the control listener serves: owners looked up, lines rate-limited. */
+export function controlEventLog(core: ServeCore): EventLog {
+  const owners = new OwnerLookup(core.store);
+  return new EventLog({
+    log: fencedWriteLog(core.logger, core.metrics.logLinesSuppressed),
+    owners: (lock, token) => owners.owner(lock, token),
+  });
+}
+
+/** The issuer, the control listener (not yet listening) and the sample upstream. */
+export async function buildControlPlane(
+  core: ServeCore,
+  events: EventLog,
+  breakers: BreakerBoard,
+  scrape?: () => Promise<string>,
+): Promise<{ control: FastifyInstance; sample: string | null }> {
+  const { config, store, metrics, sequencerKeys } = core;
+  const issuer = new Issuer(store, metrics, {
+    minTtlMs: config.minTtlMs,
+    maxTtlMs: config.maxTtlMs,
+    maxWaitMs: config.maxWaitMs,
+  });
+  let sample: string | null = null;
+  if (config.sample) {
+    const s = await startSampleUpstream(config.sample);
+    core.closers.unshift(() => s.close());
+    sample = s.url;
+  }
+  const control = await buildControl({
+    store,
+    issuer,
+    metrics,
+    events,
+    defaultTtlMs: config.defaultTtlMs,
+    logger: core.logger,
+    accessLog: config.accessLog > 0,
+    policy: core.policy,
+    breakers,
+    sequencers: sequencerKeys === null ? null : new SequencerIssuer(sequencerKeys, store),
+    ...(scrape ? { scrape } : {}),
+  });
+  core.closers.unshift(async () => {
+    issuer.shutdown();
+    await control.close();
+  });
+  return { control, sample };
+}
+
+/** The gateway (not yet listening): it opens its session in the store now. */
+export async function buildDataPlane(
+  core: ServeCore,
+  events: EventLog,
+  breakers: BreakerBoard,
+): Promise<FastifyInstance> {
+  const { config } = core;
+  const gateway = await createGateway({
+    store: core.store,
+    policy: core.policy,
+    metrics: core.metrics,
+    events,
+    logger: core.logger,
+    accessLog: config.accessLog,
+    storeBreaker: { timeoutMs: config.storeTimeoutMs, resetTimeoutMs: config.storeResetTimeoutMs },
+    session: { ttlMs: config.sessionTtlMs },
+    breakers,
+    sequencerKeys: core.sequencerKeys,
+  });
+  core.closers.unshift(() => gateway.close());
+  return gateway;
+}
+
+/** A reload's outcome counted (fencegate_policy_reloads_total) and logged. */
+export function countedReload(
+  core: ServeCore,
+): (result: ReloadResult, trigger: ReloadTrigger) => ReloadResult {
+  return (result, trigger) => {
+    core.metrics.policyReloads.inc({ outcome: result.ok ? 'success' : 'failure' });
+    logReload(core.lifecycle, result, trigger);
+    return result;
+  };
+}
+
+/** The start-up line naming the store. */
+export function logStore(core: ServeCore): void {
+  const spec = redactStoreSpec(core.config.store);
+  core.lifecycle.info({ store: core.store.kind, spec }, `store ${core.store.kind} ${spec}`);
+}
+
+/** The URL a listening fastify instance is bound to. */
+export function listenerAddress(app: FastifyInstance): string {
+  return address(app);
 }
 
 /** The start-up line when the default policy directory does not exist. */
@@ -163,7 +251,7 @@ export function noPolicies(path: string): string {
   );
 }
 
-async function runClosers(closers: (() => Promise<unknown>)[]): Promise<void> {
+export async function runClosers(closers: (() => Promise<unknown>)[]): Promise<void> {
   for (const c of closers.splice(0)) await c().catch(() => undefined);
 }
 

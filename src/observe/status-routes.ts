@@ -39,7 +39,7 @@ export interface StatusRoutesOptions {
 
 async function statusRoutes(app: FastifyInstance, opts: StatusRoutesOptions): Promise<void> {
   app.get('/v1/status', async () => {
-    const health = await storeHealth(opts.store);
+    const [health] = await Promise.all([storeHealth(opts.store), opts.breakers?.refresh()]);
     const policy = opts.policy?.current ?? null;
     const upstreams = Object.values(policy?.upstreams ?? {}).map((u) => ({
       name: u.name,
