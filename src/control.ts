@@ -47,6 +47,8 @@ export async function buildControl(opts: {
   sequencers?: SequencerIssuer | null;
   /** What GET /metrics answers; default: `metrics.registry`. With --workers: every process's, merged. */
   scrape?: () => Promise<string>;
+  /** With --workers: how many workers serve the data listener now (/readyz fails with none). */
+  workers?: () => { ready: number; configured: number };
 }): Promise<FastifyInstance> {
   const loggerOption =
     opts.logger !== undefined
@@ -91,7 +93,11 @@ export async function buildControl(opts: {
   app.get('/healthz', async () => ({ ok: true }));
   app.get('/readyz', async (_req, reply) => {
     const h = await storeHealth(opts.store);
-    return reply.code(h.ok ? 200 : 503).send({ ok: h.ok, store: storeHealthJson(h) });
+    const workers = opts.workers?.();
+    const ok = h.ok && (workers === undefined || workers.ready > 0);
+    return reply
+      .code(ok ? 200 : 503)
+      .send({ ok, store: storeHealthJson(h), ...(workers === undefined ? {} : { workers }) });
   });
   const scrape = opts.scrape ?? (() => opts.metrics.registry.metrics());
   app.get('/metrics', async (_req, reply) => {

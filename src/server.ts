@@ -164,7 +164,7 @@ export async function buildControlPlane(
   core: ServeCore,
   events: EventLog,
   breakers: BreakerBoard,
-  scrape?: () => Promise<string>,
+  cluster: Pick<Parameters<typeof buildControl>[0], 'scrape' | 'workers'> = {},
 ): Promise<{ control: FastifyInstance; sample: string | null }> {
   const { config, store, metrics, sequencerKeys } = core;
   const issuer = new Issuer(store, metrics, {
@@ -189,7 +189,7 @@ export async function buildControlPlane(
     policy: core.policy,
     breakers,
     sequencers: sequencerKeys === null ? null : new SequencerIssuer(sequencerKeys, store),
-    ...(scrape ? { scrape } : {}),
+    ...cluster,
   });
   core.closers.unshift(async () => {
     issuer.shutdown();

@@ -10,8 +10,8 @@
  *   (fencegate_worker_restarts_total). Its gateway session lapses in the store as a
  *   crashed gateway's does (ADR 0005); nothing else is needed.
  * - Reload (policy file change, SIGHUP): the primary reloads and validates; when the
- *   policy is good, every worker reloads it too. SIGHUP also reloads the sequencer keys
- *   of every process.
+ *   policy is good, every worker reloads it too. The sequencer key file (its change, or
+ *   SIGHUP) is reloaded by every worker, then by the primary.
  * - close() (SIGTERM): every worker drains as a single process does (its data listener
  *   closes, in-flight writes finish, its session ends); the control listener serves
  *   until the last one exited; then the issuer, the control listener and the store close.
@@ -184,7 +184,8 @@ export async function startPrimary(
   };
 
   try {
-    const { control, sample } = await buildControlPlane(core, events, breakers, scrape);
+    const workers = () => ({ ready: ready().length, configured: count });
+    const { control, sample } = await buildControlPlane(core, events, breakers, { scrape, workers });
     await control.listen({ host: config.control.host, port: config.control.port });
     // Round-robin: the primary accepts and hands connections to the workers in turn (the
     // default on Linux, set here so that NODE_CLUSTER_SCHED_POLICY cannot change it).
@@ -216,6 +217,17 @@ export async function startPrimary(
         }),
       );
     };
+    // Keys: the workers first, then the primary, so that what GET /v1/keys publishes (and
+    // what the issuer signs with) is what every worker verifies with.
+    const keys = core.sequencerKeys;
+    const reloadKeys = async () => {
+      await Promise.all(ready().map((w) => asker.ask(w, 'reload-keys', 30_000)));
+      await keys?.reload();
+    };
+    if (keys !== null) {
+      keys.close();
+      keys.watch(undefined, reloadKeys);
+    }
     core.policy.watch((result) => {
       reloaded(result, 'watch');
       if (result.ok) void reloadWorkers();
@@ -228,8 +240,7 @@ export async function startPrimary(
       control: listenerAddress(control),
       sample,
       async reload(trigger) {
-        void core.sequencerKeys?.reload();
-        for (const w of ready()) void asker.ask(w, 'reload-keys', 30_000);
+        void reloadKeys();
         const result = reloaded(await core.policy.reload(), trigger);
         if (result.ok) await reloadWorkers();
         return result;

@@ -155,6 +155,12 @@ describe('serve --workers 2 (redis store)', () => {
     expect(workerPid(0)).toBe(fg.proc.pid);
   });
 
+  it('is ready while its workers serve: /readyz counts them', async () => {
+    const res = await fetch(`${fg.control}/readyz`);
+    expect(res.status).toBe(200);
+    expect(await res.json()).toMatchObject({ ok: true, workers: { ready: 2, configured: 2 } });
+  });
+
   it('keeps one fence across the workers: interleaved writers, paused owners, no violation', async () => {
     const history = new HistoryRecorder();
     const tag = uid('fence');
