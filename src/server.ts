@@ -1,6 +1,9 @@
 /**
  * `fencegate serve`: one process running the issuer and the control API on the
  * control listener, and the fencing gateway on the data listener, over one store.
+ * The two halves are built separately (buildControlPlane, buildDataPlane over a
+ * ServeCore) so that `serve --workers N` can run the control plane in its primary and
+ * the data plane in each worker (src/workers/).
  */
 import type { FastifyInstance } from 'fastify';
 import { DEFAULTS, type ServeConfig } from './config.js';

@@ -9,14 +9,7 @@ import { BreakerBoard } from '../observe/breakers.js';
 import { EventLog, type EventInput, type FenceEvent } from '../observe/events.js';
 import type { Logger } from '../observe/log.js';
 import { formatPolicyError } from '../policy/index.js';
-import {
-  buildDataPlane,
-  listenerAddress,
-  logReload,
-  openCore,
-  runClosers,
-  type ServeCore,
-} from '../server.js';
+import { buildDataPlane, listenerAddress, openCore, runClosers, type ServeCore } from '../server.js';
 import { isToWorker, type Question, type ReloadAnswer, type ToPrimary, type WorkerRole } from './ipc.js';
 
 /** Events waiting to be sent to the primary at most; past it they are dropped (a primary that stalls). */
@@ -66,8 +59,13 @@ export async function runWorker(role: WorkerRole, logger: Logger): Promise<numbe
         return breakers.snapshot();
       case 'reload': {
         const result = await core.policy.reload();
-        if (!result.ok) logReload(core.lifecycle, result, 'SIGHUP');
         const errors = result.ok ? [] : result.errors.map(formatPolicyError);
+        // The primary checked this policy: a failure here means the files changed since.
+        if (!result.ok)
+          core.lifecycle.error(
+            { reload: { outcome: 'failure', errors } },
+            'policy reload failed in this worker, keeping its last good policy',
+          );
         return { policy: result.ok, errors } satisfies ReloadAnswer;
       }
       case 'reload-keys':
