@@ -88,6 +88,7 @@ export async function buildControl(opts: {
     events: opts.events,
     policy: opts.policy ?? null,
     breakers: opts.breakers ?? null,
+    ...(opts.workers ? { workers: opts.workers } : {}),
   });
   await app.register(dashboardRoutes);
   app.get('/healthz', async () => ({ ok: true }));

@@ -155,10 +155,15 @@ describe('serve --workers 2 (redis store)', () => {
     expect(workerPid(0)).toBe(fg.proc.pid);
   });
 
-  it('is ready while its workers serve: /readyz counts them', async () => {
+  it('is ready while its workers serve: /readyz and /v1/status count them, with their store breaker', async () => {
     const res = await fetch(`${fg.control}/readyz`);
     expect(res.status).toBe(200);
     expect(await res.json()).toMatchObject({ ok: true, workers: { ready: 2, configured: 2 } });
+    const status = await (await fetch(`${fg.control}/v1/status`)).json();
+    expect(status).toMatchObject({
+      workers: { ready: 2, configured: 2 },
+      store: { kind: 'redis', ok: true, breaker: 'closed' },
+    });
   });
 
   it('keeps one fence across the workers: interleaved writers, paused owners, no violation', async () => {
