@@ -2,8 +2,9 @@
 /**
  * `npm run bench`: side by side in one run, on the same upstream and machine:
  *   direct upstream · bare @fastify/http-proxy · fencegate unfenced route ·
- *   fencegate fenced writes on the embedded, Postgres and Redis stores, and on Redis
- *   with `check: sequencer` (signed sequencers verified per write, cached);
+ *   fencegate fenced writes on the embedded, Postgres and Redis stores, on Redis
+ *   with `check: sequencer` (signed sequencers verified per write, cached), and on Redis
+ *   with `serve --workers 2` (every other row runs one process);
  * then p99 at half the bare proxy's saturation rate (bare vs fenced on Redis), and
  * the fencegate process's resident memory over a 60 s run; and `kind: postgres` row writes
  * against a raw node-postgres UPDATE loop (bench/postgres-kind.mjs).
@@ -79,6 +80,9 @@ async function fencegate(store, policyDir, extra = []) {
       '127.0.0.1:0',
       '--log-level',
       'error',
+      // One process unless a row asks for workers (the memory soak reads one pid).
+      '--workers',
+      '1',
       ...extra,
     ],
     /listening data=([^\s"]+) control=([^\s"]+)/,
@@ -295,6 +299,18 @@ routes:
     summarize('fencegate fenced, redis store, check: sequencer', await run(redis.data, sequenced)),
   );
 
+  // The same fenced writes through `serve --workers 2` on the same store (the rows above are
+  // `--workers 1`); the one-worker gateway stays idle meanwhile.
+  say(`fencegate fenced, redis, --workers 2 …`);
+  const redis2 = await fencegate(`redis://127.0.0.1:${redisPort}`, policyDir, ['--workers', '2']);
+  await run(redis2.data, { tokens, seconds: 2 });
+  const workersResult = summarize(
+    'fencegate fenced, redis store, --workers 2',
+    await run(redis2.data, { tokens }),
+  );
+  results.push(workersResult);
+  await stop(redis2.child);
+
   // Latency at half the bare proxy's saturation rate.
   const half = Math.max(100, Math.floor(bareResult.rps / 2));
   say(`p99 at ${half} req/s …`);
@@ -363,7 +379,10 @@ row after a 2 s warm-up. "bad" counts non-2xx answers, errors and timeouts.
 ${rows.join('\n')}
 
 Goals: fenced writes on Redis ≥ 0.85× the bare proxy → **${ratio(redisResult.rps, bareResult.rps)}×**;
-unfenced route ≥ 0.95× → **${ratio(results[2].rps, bareResult.rps)}×**.
+unfenced route ≥ 0.95× → **${ratio(results[2].rps, bareResult.rps)}×**. Fenced rows run
+\`--workers 1\` unless named; with \`--workers 2\` (two gateway processes sharing the data
+port, on the same 2 cores as the load generator, upstream and store) → **${ratio(workersResult.rps, bareResult.rps)}×**
+(${ratio(workersResult.rps, redisResult.rps)}× one worker).
 
 ## \`kind: postgres\`: fenced row writes vs raw \`UPDATE … WHERE id = $1\`
 

@@ -8,7 +8,9 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { AuthFileError } from './auth/file.js';
 import { ConfigError, exposureProblem, resolveConfig } from './config.js';
-import type { RawSettings } from './config.js';
+import type { RawSettings, ServeConfig } from './config.js';
+import type { Logger } from './observe/log.js';
+import type { WorkerRole } from './workers/ipc.js';
 
 const VERSION = (
   JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }
@@ -39,6 +41,9 @@ serve options (environment variable in brackets):
                                        (anyone who reaches it can take any lock) [FENCEGATE_INSECURE]
   --policies DIR|FILE                  policy YAML [FENCEGATE_POLICIES] (default ./policies)
   --config FILE                        YAML file with any of these settings
+  --workers N|auto                     processes sharing the data listener and the store; 1 runs one process
+                                       [FENCEGATE_WORKERS] (default auto: the CPUs available; always 1 on the
+                                       embedded store, which one process opens)
   --sample HOST:PORT                   also run the sample "orders" upstream (for the demo) [FENCEGATE_SAMPLE]
   --allow-volatile-redis               start on a Redis without AOF appendfsync always (unsafe) [FENCEGATE_ALLOW_VOLATILE_REDIS]
   --store-timeout-ms N                 a fenced write whose store call takes longer gets 503 [FENCEGATE_STORE_TIMEOUT_MS] (default 2000)
@@ -121,6 +126,8 @@ export async function main(argv: string[]): Promise<number> {
 }
 
 async function serve(args: string[]): Promise<number> {
+  const worker = await workerRole();
+  if (worker !== null) return serveAsWorker(worker);
   const { values, positionals } = parseArgs({
     args,
     strict: true,
@@ -152,6 +159,7 @@ async function serve(args: string[]): Promise<number> {
       auth: { type: 'string' },
       health: { type: 'string' },
       insecure: { type: 'boolean' },
+      workers: { type: 'string' },
     },
   });
   if (positionals.length > 0) return fail(`serve takes no arguments, got "${positionals[0]}"`);
@@ -181,19 +189,32 @@ async function serve(args: string[]): Promise<number> {
     auth: values.auth,
     health: values.health,
     insecure: values.insecure,
+    workers: values.workers,
   };
   for (const k of Object.keys(flags) as (keyof RawSettings)[]) if (flags[k] === undefined) delete flags[k];
   const config = resolveConfig({ file: values.config, env: process.env, flags });
   const exposed = exposureProblem(config);
   if (exposed !== null) return fail(exposed);
 
-  const { startServer } = await import('./server.js');
   const { createLogger, defaultLogFormat, lifecycleLogger } = await import('./observe/log.js');
-  const logger = createLogger({ level: config.logLevel, format: config.logFormat ?? defaultLogFormat() });
+  const root = createLogger({ level: config.logLevel, format: config.logFormat ?? defaultLogFormat() });
+  const { workerPlan } = await import('./workers/plan.js');
+  const plan = workerPlan(config);
+  // With workers, every line says which process wrote it: 0 for the primary, 1…N for the workers.
+  const logger = plan.count > 1 ? root.child({ worker: 0 }) : root;
   const lifecycle = lifecycleLogger(logger);
-  let server;
+  if (plan.note !== null) (plan.explicit ? lifecycle.warn : lifecycle.info).call(lifecycle, plan.note);
+  let server: {
+    data: string;
+    control: string;
+    health: string | null;
+    sample: string | null;
+    hup(): void;
+    close(): Promise<number>;
+  };
   try {
-    server = await startServer(config, logger);
+    server =
+      plan.count > 1 ? await startWithWorkers(config, logger, plan.count) : await startSingle(config, logger);
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
     lifecycle.fatal({ err }, `could not start: ${message}`);
@@ -204,7 +225,7 @@ async function serve(args: string[]): Promise<number> {
     { data, control, health, sample },
     `listening data=${data} control=${control}${health ? ` health=${health}` : ''}${sample ? ` sample=${sample}` : ''}`,
   );
-  await new Promise<void>((resolve) => {
+  const code = await new Promise<number>((resolve) => {
     const stop = (signal: string) => {
       lifecycle.info({ signal }, `${signal}: shutting down`);
       process.off('SIGTERM', onTerm);
@@ -214,18 +235,57 @@ async function serve(args: string[]): Promise<number> {
     };
     const onTerm = () => stop('SIGTERM');
     const onInt = () => stop('SIGINT');
-    const onHup = () => {
-      server.reloadTls('SIGHUP');
-      void server.reload('SIGHUP');
-      void server.sequencerKeys?.reload();
-      server.reloadAuth();
-    };
+    const onHup = () => server.hup();
     process.on('SIGTERM', onTerm);
     process.on('SIGINT', onInt);
     process.on('SIGHUP', onHup);
   });
-  lifecycle.info('stopped');
-  return 0;
+  lifecycle.info({ exitCode: code }, 'stopped');
+  return code;
+}
+
+/** The role of a process forked by `serve --workers` (node:cluster), or null for the process a user started. */
+async function workerRole(): Promise<WorkerRole | null> {
+  const { default: cluster } = await import('node:cluster');
+  const { WORKER_ROLE_ENV } = await import('./workers/ipc.js');
+  const role = process.env[WORKER_ROLE_ENV];
+  if (!cluster.isWorker || role === undefined) return null;
+  return JSON.parse(role) as WorkerRole;
+}
+
+/**
+ * A worker forked by `serve --workers N`: the primary resolved the config (passed in the
+ * role) and prints the lines a user reads; the worker's lines carry its slot as `worker`.
+ */
+async function serveAsWorker(role: WorkerRole): Promise<number> {
+  const { createLogger, defaultLogFormat } = await import('./observe/log.js');
+  const { config } = role;
+  const root = createLogger({ level: config.logLevel, format: config.logFormat ?? defaultLogFormat() });
+  const { runWorker } = await import('./workers/worker.js');
+  const code = await runWorker(role, root.child({ worker: role.slot }));
+  // Drained and closed, its last events sent: the open IPC channel alone would keep it alive.
+  process.exit(code);
+}
+
+async function startSingle(config: Readonly<ServeConfig>, logger: Logger) {
+  const { startServer } = await import('./server.js');
+  const server = await startServer(config, logger);
+  return {
+    ...server,
+    hup() {
+      server.reloadTls('SIGHUP');
+      void server.reload('SIGHUP');
+      void server.sequencerKeys?.reload();
+      server.reloadAuth();
+    },
+    close: () => server.close().then(() => 0),
+  };
+}
+
+async function startWithWorkers(config: Readonly<ServeConfig>, logger: Logger, count: number) {
+  const { startPrimary } = await import('./workers/primary.js');
+  const primary = await startPrimary(config, logger, count);
+  return { ...primary, hup: () => void primary.reload('SIGHUP') };
 }
 
 /** `fencegate auth hash [-]`: a new key and its hash, or the hash of a key read from stdin. */

@@ -64,7 +64,15 @@ export interface ServeConfig {
   health: HostPort | null;
   /** Serve the control listener without an auth file on a non-loopback address. */
   insecure: boolean;
+  /**
+   * Processes serving the data listener (serve --workers, docs/adr/0008-workers.md); null:
+   * the CPUs available (os.availableParallelism()). 1 runs everything in one process.
+   */
+  workers: number | null;
 }
+
+/** The most worker processes `--workers` accepts. */
+export const MAX_WORKERS = 256;
 
 export const DEFAULTS: ServeConfig = Object.freeze({
   store: './.fencegate',
@@ -96,6 +104,7 @@ export const DEFAULTS: ServeConfig = Object.freeze({
   auth: null,
   health: null,
   insecure: false,
+  workers: null,
 });
 
 export class ConfigError extends Error {
@@ -141,6 +150,23 @@ function parseAccessLog(value: string | number | boolean, where: string): number
   return n;
 }
 
+/** auto (null: the CPUs available) or a process count. */
+function parseWorkers(value: string | number | boolean, where: string): number | null {
+  if (value === 'auto') return null;
+  const n =
+    typeof value === 'number'
+      ? value
+      : typeof value === 'string' && /^\d+$/.test(value)
+        ? Number(value)
+        : NaN;
+  if (!Number.isSafeInteger(n) || n < 1 || n > MAX_WORKERS) {
+    throw new ConfigError(
+      `${where}: "${String(value)}" must be auto or an integer between 1 and ${MAX_WORKERS}`,
+    );
+  }
+  return n;
+}
+
 function parseBool(value: string | boolean, where: string): boolean {
   if (typeof value === 'boolean') return value;
   if (/^(1|true|yes|on)$/i.test(value)) return true;
@@ -150,7 +176,8 @@ function parseBool(value: string | boolean, where: string): boolean {
 
 export type RawSettings = Partial<Record<keyof ServeConfig, string | number | boolean>>;
 
-type Kind = 'string' | 'name' | 'hostport' | 'bool' | 'int' | 'hostport?' | 'level' | 'format' | 'sample';
+type Kind =
+  'string' | 'name' | 'hostport' | 'bool' | 'int' | 'hostport?' | 'level' | 'format' | 'sample' | 'workers';
 
 const KEYS: Record<keyof ServeConfig, Kind> = {
   store: 'string',
@@ -182,6 +209,7 @@ const KEYS: Record<keyof ServeConfig, Kind> = {
   auth: 'string',
   health: 'hostport?',
   insecure: 'bool',
+  workers: 'workers',
 };
 
 export const ENV_VARS: Partial<Record<keyof ServeConfig, string>> = {
@@ -210,6 +238,7 @@ export const ENV_VARS: Partial<Record<keyof ServeConfig, string>> = {
   auth: 'FENCEGATE_AUTH',
   health: 'FENCEGATE_HEALTH',
   insecure: 'FENCEGATE_INSECURE',
+  workers: 'FENCEGATE_WORKERS',
 };
 
 function applyOne(cfg: ServeConfig, key: keyof ServeConfig, value: string | number | boolean, where: string) {
@@ -250,6 +279,9 @@ function applyOne(cfg: ServeConfig, key: keyof ServeConfig, value: string | numb
       break;
     case 'sample':
       target[key] = parseAccessLog(value, where);
+      break;
+    case 'workers':
+      target[key] = parseWorkers(value, where);
       break;
   }
 }

@@ -55,6 +55,10 @@ export async function buildControl(opts: {
   tls?: ListenerTls | null;
   /** The principals of the auth file; null or absent: no authentication (loopback or --insecure). */
   auth?: Authenticator | null;
+  /** What GET /metrics answers; default: `metrics.registry`. With --workers: every process's, merged. */
+  scrape?: () => Promise<string>;
+  /** With --workers: how many workers serve the data listener now (/readyz fails with none). */
+  workers?: () => { ready: number; configured: number };
 }): Promise<FastifyInstance> {
   const app = baseApp('control', opts);
   if (opts.auth) await app.register(authPlugin, { authenticator: opts.auth, metrics: opts.metrics });
@@ -72,6 +76,7 @@ export async function buildControl(opts: {
     events: opts.events,
     policy: opts.policy ?? null,
     breakers: opts.breakers ?? null,
+    ...(opts.workers ? { workers: opts.workers } : {}),
   });
   await app.register(dashboardRoutes);
   probeRoutes(app, opts);
@@ -79,27 +84,38 @@ export async function buildControl(opts: {
 }
 
 /** The probe listener (--health): /healthz, /readyz and /metrics, without credentials. */
-export async function buildProbes(opts: {
-  store: Store;
-  metrics: Metrics;
-  logger?: FastifyBaseLogger;
-  logLevel?: string;
-  accessLog?: boolean;
-}): Promise<FastifyInstance> {
+export async function buildProbes(
+  opts: ProbeOptions & { logger?: FastifyBaseLogger; logLevel?: string; accessLog?: boolean },
+): Promise<FastifyInstance> {
   const app = baseApp('health', opts);
   probeRoutes(app, opts);
   return app;
 }
 
-function probeRoutes(app: FastifyInstance, opts: { store: Store; metrics: Metrics }): void {
+/** What /healthz, /readyz and /metrics need, on the control listener and the probe listener alike. */
+interface ProbeOptions {
+  store: Store;
+  metrics: Metrics;
+  /** What GET /metrics answers; default: `metrics.registry`. With --workers: every process's, merged. */
+  scrape?: () => Promise<string>;
+  /** With --workers: how many workers serve the data listener now (/readyz fails with none). */
+  workers?: () => { ready: number; configured: number };
+}
+
+function probeRoutes(app: FastifyInstance, opts: ProbeOptions): void {
   app.get('/healthz', async () => ({ ok: true }));
   app.get('/readyz', async (_req, reply) => {
     const h = await storeHealth(opts.store);
-    return reply.code(h.ok ? 200 : 503).send({ ok: h.ok, store: storeHealthJson(h) });
+    const workers = opts.workers?.();
+    const ok = h.ok && (workers === undefined || workers.ready > 0);
+    return reply
+      .code(ok ? 200 : 503)
+      .send({ ok, store: storeHealthJson(h), ...(workers === undefined ? {} : { workers }) });
   });
+  const scrape = opts.scrape ?? (() => opts.metrics.registry.metrics());
   app.get('/metrics', async (_req, reply) => {
     reply.type(opts.metrics.registry.contentType);
-    return opts.metrics.registry.metrics();
+    return scrape();
   });
 }
 

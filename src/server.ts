@@ -1,12 +1,16 @@
 /**
  * `fencegate serve`: one process running the issuer and the control API on the
  * control listener, and the fencing gateway on the data listener, over one store.
+ * The two halves are built separately (buildControlPlane, buildDataPlane over a
+ * ServeCore) so that `serve --workers N` can run the control plane in its primary and
+ * the data plane in each worker (src/workers/).
  */
 import type { FastifyInstance } from 'fastify';
 import { Authenticator } from './auth/authenticate.js';
 import { loadAuthFile } from './auth/file.js';
 import { ConfigError, DEFAULTS, exposureProblem, type ServeConfig } from './config.js';
 import { buildControl, buildProbes } from './control.js';
+import { CaBundle, ListenerTls, readCertificates, type TlsFileError } from './http/tls.js';
 import { Issuer } from './issuer/service.js';
 import { BreakerBoard } from './observe/breakers.js';
 import { EventLog } from './observe/events.js';
@@ -18,7 +22,6 @@ import { instrumentStore } from './observe/store-metrics.js';
 import { openStore, redactStoreSpec } from './store/index.js';
 import type { Store } from './store/types.js';
 import { createGateway } from './gateway/index.js';
-import { CaBundle, ListenerTls, readCertificates, type TlsFileError } from './http/tls.js';
 import { PolicyHolder, formatPolicyError } from './policy/index.js';
 import type { ReloadResult } from './policy/index.js';
 import { startSampleUpstream } from './sample/index.js';
@@ -84,6 +87,8 @@ function openTls(config: Readonly<ServeConfig>) {
   };
 }
 
+type OpenedTls = ReturnType<typeof openTls>;
+
 /**
  * Starts everything. `logger` is the process's root logger (src/observe/log.ts): the
  * listeners log through children bound to `listener`, lifecycle lines (store, reloads)
@@ -93,23 +98,74 @@ export async function startServer(
   config: Readonly<ServeConfig>,
   logger: Logger = silentLogger(),
 ): Promise<RunningServer> {
-  const lifecycle = lifecycleLogger(logger);
-  const exposed = exposureProblem(config);
-  if (exposed !== null) throw new ConfigError(exposed);
-  // Read before anything opens: a bad auth file stops the start with its located errors.
-  const auth = config.auth === null ? null : new Authenticator(loadAuthFile(config.auth));
-  if (auth === null && !config.insecure) {
-    lifecycle.info(
-      { auth: null },
-      'no auth file: the control listener takes no credentials, so it serves loopback only (docs/security.md)',
-    );
-  } else if (auth === null) {
-    lifecycle.warn(
-      { insecure: true },
-      `--insecure: the control listener (${config.control.host}:${config.control.port}) takes no credentials; ` +
-        'anyone who reaches it can take any lock and read live tokens (docs/security.md)',
-    );
+  const auth = openAuth(config, lifecycleLogger(logger));
+  const core = await openCore(config, logger);
+  try {
+    const events = controlEventLog(core);
+    const breakers = new BreakerBoard();
+    const { control, sample } = await buildControlPlane(core, events, breakers, { auth });
+    const gateway = await buildDataPlane(core, events, breakers);
+    const health = await startProbes(core);
+    await control.listen({ host: config.control.host, port: config.control.port });
+    await gateway.listen({ host: config.listen.host, port: config.listen.port });
+    const reloaded = countedReload(core);
+    core.policy.watch((result) => reloaded(result, 'watch'));
+    core.closers.unshift(async () => core.policy.unwatch());
+    logStore(core);
+    return {
+      data: address(gateway, core.tls.data !== null),
+      control: address(control, core.tls.control !== null),
+      health: health === null ? null : address(health, false),
+      sample,
+      store: core.store,
+      metrics: core.metrics,
+      policy: core.policy,
+      reload: async (trigger) => reloaded(await core.policy.reload(), trigger),
+      sequencerKeys: core.sequencerKeys,
+      reloadTls: (trigger) => reloadTls(core, trigger, ['data listener', 'control listener', 'upstream CA']),
+      reloadAuth: () => reloadAuth(auth, core),
+      close: () => runClosers(core.closers),
+    };
+  } catch (err) {
+    await runClosers(core.closers);
+    throw err;
   }
+}
+
+/**
+ * What the control plane and the data plane of one process share: the policy, the
+ * metrics registry, the store (instrumented), the sequencer keys, and the closers that
+ * undo it all in reverse order. `serve` runs both planes over one core; with --workers,
+ * the primary runs the control plane over its core and each worker the data plane over
+ * its own (src/workers/).
+ */
+export interface ServeCore {
+  config: Readonly<ServeConfig>;
+  logger: Logger;
+  lifecycle: Logger;
+  policy: PolicyHolder;
+  metrics: Metrics;
+  store: Store;
+  sequencerKeys: KeyRing | null;
+  /** The TLS files of the configuration, read and checked (each process follows all of them). */
+  tls: OpenedTls;
+  /** Run first to last by runClosers (each part unshifts its own). */
+  closers: (() => Promise<unknown>)[];
+}
+
+/**
+ * Loads the policy, opens the store and the sequencer keys (which it follows).
+ * `startupNotes: 'debug'` logs the start-up notes (no policies, no sequencer keys) at
+ * debug: a worker's primary has logged them already.
+ */
+export async function openCore(
+  config: Readonly<ServeConfig>,
+  logger: Logger,
+  options: { startupNotes?: 'info' | 'debug' } = {},
+): Promise<ServeCore> {
+  const lifecycle = lifecycleLogger(logger);
+  const quiet = options.startupNotes === 'debug';
+  let starting = true;
   // Before anything else: a bad certificate or key stops the start with one line naming the file.
   const tls = openTls(config);
   // A missing default ./policies is fine: a first run needs no policy (the issuer alone is useful).
@@ -118,7 +174,8 @@ export async function startServer(
   });
   if (!opened.ok) throw new Error(`invalid policies: ${opened.errors.map(formatPolicyError).join('; ')}`);
   const policy = opened.holder;
-  if (opened.missing) lifecycle.info(noPolicies(config.policies));
+  if (opened.missing)
+    (quiet ? logger.debug.bind(logger) : lifecycle.info.bind(lifecycle))(noPolicies(config.policies));
 
   const metrics = createMetrics();
   const store = instrumentStore(
@@ -132,148 +189,180 @@ export async function startServer(
   const closers: (() => Promise<unknown>)[] = [() => store.close()];
   try {
     const sequencerKeys = await openSequencerKeys(config.sequencerKeys, config.store, (line) =>
-      lifecycle.warn(line),
+      quiet && starting ? logger.debug(line) : lifecycle.warn(line),
     );
+    starting = false;
     if (sequencerKeys !== null) {
       sequencerKeys.watch();
       closers.unshift(async () => sequencerKeys.close());
     }
-    const owners = new OwnerLookup(store);
-    const events = new EventLog({
-      log: fencedWriteLog(logger, metrics.logLinesSuppressed),
-      owners: (lock, token) => owners.owner(lock, token),
-    });
-    const breakers = new BreakerBoard();
-    const issuer = new Issuer(store, metrics, {
-      minTtlMs: config.minTtlMs,
-      maxTtlMs: config.maxTtlMs,
-      maxWaitMs: config.maxWaitMs,
-    });
-    let sample: string | null = null;
-    if (config.sample) {
-      const s = await startSampleUpstream(config.sample);
-      closers.unshift(() => s.close());
-      sample = s.url;
-    }
-    const control = await buildControl({
-      store,
-      issuer,
-      metrics,
-      events,
-      defaultTtlMs: config.defaultTtlMs,
-      logger,
-      accessLog: config.accessLog > 0,
-      policy,
-      breakers,
-      sequencers: sequencerKeys === null ? null : new SequencerIssuer(sequencerKeys, store),
-      tls: tls.control,
-      auth,
-    });
-    closers.unshift(async () => {
-      issuer.shutdown();
-      await control.close();
-    });
-    const gateway = await createGateway({
-      store,
-      policy,
-      metrics,
-      events,
-      logger,
-      accessLog: config.accessLog,
-      storeBreaker: { timeoutMs: config.storeTimeoutMs, resetTimeoutMs: config.storeResetTimeoutMs },
-      session: { ttlMs: config.sessionTtlMs },
-      breakers,
-      sequencerKeys,
-      tls: tls.data,
-      upstreamCa: tls.upstreamCa,
-    });
-    closers.unshift(() => gateway.close());
-    let health: FastifyInstance | null = null;
-    if (config.health !== null) {
-      const probes = await buildProbes({ store, metrics, logger, accessLog: config.accessLog > 0 });
-      closers.unshift(() => probes.close());
-      await probes.listen({ host: config.health.host, port: config.health.port });
-      health = probes;
-    }
-    await control.listen({ host: config.control.host, port: config.control.port });
-    await gateway.listen({ host: config.listen.host, port: config.listen.port });
-    const reloaded = (result: ReloadResult, trigger: ReloadTrigger) => {
-      metrics.policyReloads.inc({ outcome: result.ok ? 'success' : 'failure' });
-      logReload(lifecycle, result, trigger);
-      return result;
-    };
-    policy.watch((result) => reloaded(result, 'watch'));
-    closers.unshift(async () => policy.unwatch());
-    const spec = redactStoreSpec(config.store);
-    lifecycle.info({ store: store.kind, spec }, `store ${store.kind} ${spec}`);
-    return {
-      data: address(gateway, tls.data !== null),
-      control: address(control, tls.control !== null),
-      health: health === null ? null : address(health, false),
-      sample,
-      store,
-      metrics,
-      policy,
-      reload: async (trigger) => reloaded(await policy.reload(), trigger),
-      sequencerKeys,
-      reloadTls: (trigger) => reloadTls(tls, lifecycle, trigger),
-      reloadAuth: () => {
-        if (auth === null || config.auth === null) return;
-        try {
-          const next = loadAuthFile(config.auth);
-          auth.replace(next);
-          lifecycle.info(
-            { auth: { outcome: 'success', principals: next.principals.length } },
-            `auth file reloaded (${next.principals.length} principals)`,
-          );
-        } catch (err) {
-          const message = err instanceof Error ? err.message : String(err);
-          lifecycle.error(
-            { auth: { outcome: 'failure', errors: message.split('\n') } },
-            'auth file reload failed, keeping the last good one',
-          );
-        }
-      },
-      close: () => runClosers(closers),
-    };
+    return { config, logger, lifecycle, policy, metrics, store, sequencerKeys, tls, closers };
   } catch (err) {
     await runClosers(closers);
     throw err;
   }
 }
 
-/** Re-reads every TLS file this process follows; logs what changed and each file that could not be used. */
-function reloadTls(tls: ReturnType<typeof openTls>, log: Logger, trigger: ReloadTrigger): TlsReloadReport {
-  const report: TlsReloadReport = { ok: true, changed: [], errors: [] };
-  const prefix = trigger === 'SIGHUP' ? 'SIGHUP: ' : '';
-  for (const [what, item] of [
-    ['data listener', tls.data],
-    ['control listener', tls.control],
-    ['upstream CA', tls.upstreamCa],
-  ] as const) {
-    if (item === null) continue;
-    const result = item.reload();
-    if (result.ok) {
-      if (result.changed) report.changed.push(what);
-      continue;
-    }
-    report.ok = false;
-    report.errors.push(result.error);
-    log.error(
-      { tlsReload: { outcome: 'failure', trigger, what, file: result.error.file } },
-      `${prefix}TLS reload failed for the ${what}, keeping the files in use: ${result.error.message}`,
+/** The event log the control listener serves: owners looked up, lines rate-limited. */
+export function controlEventLog(core: ServeCore): EventLog {
+  const owners = new OwnerLookup(core.store);
+  return new EventLog({
+    log: fencedWriteLog(core.logger, core.metrics.logLinesSuppressed),
+    owners: (lock, token) => owners.owner(lock, token),
+  });
+}
+
+/** The issuer, the control listener (not yet listening) and the sample upstream. */
+export async function buildControlPlane(
+  core: ServeCore,
+  events: EventLog,
+  breakers: BreakerBoard,
+  extra: Pick<Parameters<typeof buildControl>[0], 'scrape' | 'workers' | 'auth'> = {},
+): Promise<{ control: FastifyInstance; sample: string | null }> {
+  const { config, store, metrics, sequencerKeys } = core;
+  const issuer = new Issuer(store, metrics, {
+    minTtlMs: config.minTtlMs,
+    maxTtlMs: config.maxTtlMs,
+    maxWaitMs: config.maxWaitMs,
+  });
+  let sample: string | null = null;
+  if (config.sample) {
+    const s = await startSampleUpstream(config.sample);
+    core.closers.unshift(() => s.close());
+    sample = s.url;
+  }
+  const control = await buildControl({
+    store,
+    issuer,
+    metrics,
+    events,
+    defaultTtlMs: config.defaultTtlMs,
+    logger: core.logger,
+    accessLog: config.accessLog > 0,
+    policy: core.policy,
+    breakers,
+    sequencers: sequencerKeys === null ? null : new SequencerIssuer(sequencerKeys, store),
+    tls: core.tls.control,
+    ...extra,
+  });
+  core.closers.unshift(async () => {
+    issuer.shutdown();
+    await control.close();
+  });
+  return { control, sample };
+}
+
+/** The gateway (not yet listening): it opens its session in the store now. */
+export async function buildDataPlane(
+  core: ServeCore,
+  events: EventLog,
+  breakers: BreakerBoard,
+): Promise<FastifyInstance> {
+  const { config } = core;
+  const gateway = await createGateway({
+    store: core.store,
+    policy: core.policy,
+    metrics: core.metrics,
+    events,
+    logger: core.logger,
+    accessLog: config.accessLog,
+    storeBreaker: { timeoutMs: config.storeTimeoutMs, resetTimeoutMs: config.storeResetTimeoutMs },
+    session: { ttlMs: config.sessionTtlMs },
+    breakers,
+    sequencerKeys: core.sequencerKeys,
+    tls: core.tls.data,
+    upstreamCa: core.tls.upstreamCa,
+  });
+  core.closers.unshift(() => gateway.close());
+  return gateway;
+}
+
+/**
+ * The probe listener (--health), listening, or null when not configured. `probes` adds what
+ * the primary of `serve --workers` serves there (merged metrics, the workers' readiness).
+ */
+export async function startProbes(
+  core: ServeCore,
+  probes: Pick<Parameters<typeof buildProbes>[0], 'scrape' | 'workers'> = {},
+): Promise<FastifyInstance | null> {
+  const { config } = core;
+  if (config.health === null) return null;
+  const app = await buildProbes({
+    store: core.store,
+    metrics: core.metrics,
+    logger: core.logger,
+    accessLog: config.accessLog > 0,
+    ...probes,
+  });
+  core.closers.unshift(() => app.close());
+  await app.listen({ host: config.health.host, port: config.health.port });
+  return app;
+}
+
+/**
+ * The auth file, loaded (a bad one throws with its located errors), or null without one;
+ * refuses a non-loopback control listener without it unless --insecure, and says at start
+ * which of the three it is. Run before anything opens.
+ */
+export function openAuth(config: Readonly<ServeConfig>, lifecycle: Logger): Authenticator | null {
+  const exposed = exposureProblem(config);
+  if (exposed !== null) throw new ConfigError(exposed);
+  const auth = config.auth === null ? null : new Authenticator(loadAuthFile(config.auth));
+  if (auth === null && !config.insecure) {
+    lifecycle.info(
+      { auth: null },
+      'no auth file: the control listener takes no credentials, so it serves loopback only (docs/security.md)',
+    );
+  } else if (auth === null) {
+    lifecycle.warn(
+      { insecure: true },
+      `--insecure: the control listener (${config.control.host}:${config.control.port}) takes no credentials; ` +
+        'anyone who reaches it can take any lock and read live tokens (docs/security.md)',
     );
   }
-  const followed = [tls.data, tls.control, tls.upstreamCa].some((item) => item !== null);
-  if (report.changed.length > 0) {
-    log.info(
-      { tlsReload: { outcome: 'success', trigger, changed: report.changed } },
-      `${prefix}TLS files reloaded (${report.changed.join(', ')})`,
+  return auth;
+}
+
+/** Re-reads the auth file (SIGHUP); one that fails to load leaves the last good one in force. */
+export function reloadAuth(auth: Authenticator | null, core: ServeCore): void {
+  const file = core.config.auth;
+  if (auth === null || file === null) return;
+  try {
+    const next = loadAuthFile(file);
+    auth.replace(next);
+    core.lifecycle.info(
+      { auth: { outcome: 'success', principals: next.principals.length } },
+      `auth file reloaded (${next.principals.length} principals)`,
     );
-  } else if (report.ok && followed) {
-    log.info({ tlsReload: { outcome: 'unchanged', trigger } }, `${prefix}TLS files unchanged`);
+  } catch (err) {
+    const message = err instanceof Error ? err.message : String(err);
+    core.lifecycle.error(
+      { auth: { outcome: 'failure', errors: message.split('\n') } },
+      'auth file reload failed, keeping the last good one',
+    );
   }
-  return report;
+}
+
+/** A reload's outcome counted (fencegate_policy_reloads_total) and logged. */
+export function countedReload(
+  core: ServeCore,
+): (result: ReloadResult, trigger: ReloadTrigger) => ReloadResult {
+  return (result, trigger) => {
+    core.metrics.policyReloads.inc({ outcome: result.ok ? 'success' : 'failure' });
+    logReload(core.lifecycle, result, trigger);
+    return result;
+  };
+}
+
+/** The start-up line naming the store. */
+export function logStore(core: ServeCore): void {
+  const spec = redactStoreSpec(core.config.store);
+  core.lifecycle.info({ store: core.store.kind, spec }, `store ${core.store.kind} ${spec}`);
+}
+
+/** The URL a listening fastify instance is bound to. */
+export function listenerAddress(app: FastifyInstance, tls: boolean): string {
+  return address(app, tls);
 }
 
 /** The start-up line when the default policy directory does not exist. */
@@ -284,7 +373,7 @@ export function noPolicies(path: string): string {
   );
 }
 
-async function runClosers(closers: (() => Promise<unknown>)[]): Promise<void> {
+export async function runClosers(closers: (() => Promise<unknown>)[]): Promise<void> {
   for (const c of closers.splice(0)) await c().catch(() => undefined);
 }
 
@@ -307,4 +396,50 @@ export function logReload(log: Logger, result: ReloadResult, trigger: ReloadTrig
       `${prefix}policy reload failed, keeping the last good policy`,
     );
   }
+}
+
+/** Which of a process's TLS files a reload re-reads. */
+export type TlsPart = 'data listener' | 'control listener' | 'upstream CA';
+
+/**
+ * Re-reads the TLS files of `parts` (a worker of `serve --workers` follows the data
+ * listener's and the upstream CA, its primary the control listener's); logs what changed
+ * and each file that could not be used.
+ */
+export function reloadTls(
+  core: ServeCore,
+  trigger: ReloadTrigger,
+  parts: readonly TlsPart[],
+): TlsReloadReport {
+  const { tls, lifecycle: log } = core;
+  const report: TlsReloadReport = { ok: true, changed: [], errors: [] };
+  const prefix = trigger === 'SIGHUP' ? 'SIGHUP: ' : '';
+  const all = [
+    ['data listener', tls.data],
+    ['control listener', tls.control],
+    ['upstream CA', tls.upstreamCa],
+  ] as const;
+  const followed = all.filter(([what, item]) => item !== null && parts.includes(what));
+  for (const [what, item] of followed) {
+    const result = item!.reload();
+    if (result.ok) {
+      if (result.changed) report.changed.push(what);
+      continue;
+    }
+    report.ok = false;
+    report.errors.push(result.error);
+    log.error(
+      { tlsReload: { outcome: 'failure', trigger, what, file: result.error.file } },
+      `${prefix}TLS reload failed for the ${what}, keeping the files in use: ${result.error.message}`,
+    );
+  }
+  if (report.changed.length > 0) {
+    log.info(
+      { tlsReload: { outcome: 'success', trigger, changed: report.changed } },
+      `${prefix}TLS files reloaded (${report.changed.join(', ')})`,
+    );
+  } else if (report.ok && followed.length > 0) {
+    log.info({ tlsReload: { outcome: 'unchanged', trigger } }, `${prefix}TLS files unchanged`);
+  }
+  return report;
 }

@@ -2,6 +2,8 @@
  * The circuit breakers in force (the store's, on the gateway's request path, and one per
  * upstream that has been used), for GET /v1/status and the dashboard. The gateway
  * registers its breakers as it makes them; readers only see their current state.
+ * With --workers each worker has its own breakers, and the primary's board shows the
+ * worst state over the workers (src/workers/breakers.ts).
  */
 export type BreakerState = 'closed' | 'half_open' | 'open';
 
@@ -32,4 +34,17 @@ export class BreakerBoard {
   upstream(name: string): BreakerState | null {
     return this.upstreams.get(name)?.() ?? null;
   }
+
+  /** Every breaker's state now: what a worker reports to its primary (src/workers/). */
+  snapshot(): { store: BreakerState | null; upstreams: Record<string, BreakerState> } {
+    const upstreams: Record<string, BreakerState> = {};
+    for (const [name, read] of this.upstreams) upstreams[name] = read();
+    return { store: this.store(), upstreams };
+  }
+
+  /**
+   * Brings the states up to date before a reader looks (GET /v1/status awaits it). Here
+   * they are read live; with --workers the primary's board asks the workers.
+   */
+  async refresh(): Promise<void> {}
 }

@@ -48,6 +48,8 @@ export interface FenceEvent {
   owner: string | null;
   method: string | null;
   path: string | null;
+  /** With serve --workers: the worker (1…N) whose gateway decided it; absent otherwise. */
+  worker?: number;
 }
 
 export type EventInput = Omit<FenceEvent, 'id'>;

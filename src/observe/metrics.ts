@@ -325,6 +325,8 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
       name: 'fencegate_breaker_state',
       help: 'Circuit breaker state: 1 for the current state, 0 for the others (breaker "store" or an upstream name)',
       labelNames: ['breaker', 'state'] as const,
+      // With --workers: 1 when any worker's breaker is in that state (src/workers/metrics.ts).
+      aggregator: 'max',
       registers,
     }),
     policyReloads: new Counter({
@@ -358,6 +360,11 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
     tokensIssued: new Counter({
       name: 'fencegate_tokens_issued_total',
       help: 'Fencing tokens minted by the issuer',
+      registers,
+    }),
+    workerRestarts: new Counter({
+      name: 'fencegate_worker_restarts_total',
+      help: 'Worker processes the primary started again after they died (serve --workers)',
       registers,
     }),
     logLinesSuppressed: new Counter({

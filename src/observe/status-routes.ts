@@ -35,11 +35,13 @@ export interface StatusRoutesOptions {
   /** Null when this process serves no gateway (no routes, no breakers). */
   policy: PolicyHolder | null;
   breakers: BreakerBoard | null;
+  /** With serve --workers: how many workers serve the data listener (shown as `workers`). */
+  workers?: () => { ready: number; configured: number };
 }
 
 async function statusRoutes(app: FastifyInstance, opts: StatusRoutesOptions): Promise<void> {
   app.get('/v1/status', async () => {
-    const health = await storeHealth(opts.store);
+    const [health] = await Promise.all([storeHealth(opts.store), opts.breakers?.refresh()]);
     const policy = opts.policy?.current ?? null;
     const upstreams = Object.values(policy?.upstreams ?? {}).map((u) => ({
       name: u.name,
@@ -62,6 +64,7 @@ async function statusRoutes(app: FastifyInstance, opts: StatusRoutesOptions): Pr
       upstreams,
       routes,
       events: { total: opts.events.total, retained: opts.events.retained },
+      ...(opts.workers ? { workers: opts.workers() } : {}),
     };
   });
 }

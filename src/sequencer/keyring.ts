@@ -109,11 +109,15 @@ export class KeyRing {
     return this.publicKeys.has(kid);
   }
 
-  /** Reloads whenever the file changes (stat polling: survives the file being replaced by rename). */
-  watch(intervalMs = 1000): void {
+  /**
+   * Reloads whenever the file changes (stat polling: survives the file being replaced by
+   * rename). `reload` replaces this.reload(): with --workers the primary reloads its
+   * workers' rings before its own, so the keys it publishes are the ones every worker has.
+   */
+  watch(intervalMs = 1000, reload: () => Promise<unknown> = () => this.reload()): void {
     if (this.watcher !== null) return;
     this.watcher = (cur, prev) => {
-      if (cur.mtimeMs !== prev.mtimeMs || cur.ino !== prev.ino) void this.reload();
+      if (cur.mtimeMs !== prev.mtimeMs || cur.ino !== prev.ino) void reload();
     };
     watchFile(this.path, { interval: intervalMs, persistent: false }, this.watcher);
   }

@@ -310,6 +310,85 @@ describe.each(['redis', 'postgres'] as const)(
 );
 
 /**
+ * 1 again, across the workers of one `fencegate serve --workers 2` (docs/adr/0008-workers.md):
+ * T1's slow upload and T2 arrive on different connections of the shared data port, which
+ * the primary hands to the workers in turn; each worker is a gateway with its own session,
+ * so T2 is held by the barrier in the store exactly as by another gateway process. The
+ * access log says which worker fenced each; if both landed on one worker, the scenario
+ * is run again (a barrier within one worker is tested above).
+ */
+describe('the drain barrier holds across workers (redis, serve --workers 2)', () => {
+  let store: FaultStore | null = null;
+  let upstream: GatedUpstream | null = null;
+  let gw: FencegateProcess | null = null;
+  let policyDir = '';
+
+  beforeAll(async () => {
+    upstream = await startGatedUpstream();
+    store = await openFaultStore('redis');
+    const policy = await policyFor(upstream.url);
+    policyDir = policy.dir;
+    gw = await startFencegate([
+      ...store.args,
+      '--policies',
+      policy.file,
+      ...SESSION_TTL,
+      '--workers',
+      '2',
+      '--log-level',
+      'info',
+    ]);
+  }, 120_000);
+
+  afterAll(async () => {
+    await gw?.kill();
+    await upstream?.close();
+    await store?.cleanup();
+    if (policyDir) await rm(policyDir, { recursive: true, force: true });
+  }, 60_000);
+
+  /** The worker whose access line fenced `token` on `lock` (admitted or refused), or undefined. */
+  const fencedBy = (g: FencegateProcess, lock: string, token: string) =>
+    g.logs().find((l) => l.msg === 'request' && l.lock === lock && l.token === token)?.worker;
+
+  it('a slow upload through one worker keeps its place: T2 through the other waits until T1 is applied', async () => {
+    const [g, up] = [gw as FencegateProcess, upstream as GatedUpstream];
+    for (let attempt = 1; ; attempt++) {
+      const run = newRun();
+      const la = await run.history.acquire(g.control, run.lock, `a-${run.tag}`, {
+        ttlMs: 300,
+        waitMs: 10_000,
+      });
+      expect(la).not.toBeNull();
+      const req1 = opId(`a-${run.tag}`);
+      const t1 = slowUpload(run, g.data, la?.fencingToken as string, `a-${run.tag}`, req1, 16, 500); // ~8 s
+      await until('T1 headers at the upstream', async () => up.indexOf('received', req1) >= 0);
+      const lb = await run.history.acquire(g.control, run.lock, `b-${run.tag}`, {
+        ttlMs: 60_000,
+        waitMs: 10_000,
+      });
+      expect(lb).not.toBeNull();
+      const b = lb?.fencingToken as string;
+      const t2 = await writeUntilForwarded(run, g.data, b, `b-${run.tag}`);
+      expect((await t1).status).toBe(201);
+      expect(t2.result.status).toBe(200);
+      expect(t2.attempts).toBeGreaterThan(1); // it was held back, then let through
+      expect(up.indexOf('applied', req1)).toBeLessThan(up.indexOf('received', t2.requestId));
+      await expectClean(up, run);
+      let w1: unknown;
+      let w2: unknown;
+      await until('both access lines', async () => {
+        w1 = fencedBy(g, run.lock, la?.fencingToken as string);
+        w2 = fencedBy(g, run.lock, b);
+        return w1 !== undefined && w2 !== undefined;
+      });
+      if (w1 !== w2) return;
+      if (attempt === 3) throw new Error('T1 and T2 were fenced by the same worker three times in a row');
+    }
+  }, 180_000);
+});
+
+/**
  * 4. The store's clock steps forward an hour while T1 is at the upstream. Nothing about the
  * barrier reads that clock any more; the gateways report the jump (metric, log).
  */

@@ -20,7 +20,7 @@ import { randomBytes } from 'node:crypto';
 import { rm } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { formatViolation } from '../checker/index.js';
-import { startFencegate, type FencegateProcess } from '../helpers/procs.js';
+import { freePort, startFencegate, type FencegateProcess } from '../helpers/procs.js';
 import {
   checkRun,
   HistoryRecorder,
@@ -186,6 +186,146 @@ describe.each(KINDS)('gateway kill -9 mid-load (%s store)', (kind) => {
     if (result.ok) {
       expect(result.stats.acknowledged).toBeGreaterThan(25);
       // Writes in flight at the kill (at least the orphan) are indeterminate, not lost.
+      expect(result.stats.indeterminate).toBeGreaterThanOrEqual(1);
+    }
+  }, 240_000);
+});
+
+/**
+ * The same crash inside one `fencegate serve --workers 2` (Redis): the worker holding the
+ * orphan is SIGKILLed (worker 1, and worker 2 too when the orphan went through it). The primary starts it again; the dead worker's session lapses in the
+ * store as a crashed gateway's does, so the successor is held until then and never
+ * overtakes the orphan; the workload goes on through the same port; the checker passes.
+ */
+describe('worker kill -9 mid-load (redis store, serve --workers 2)', () => {
+  let store: FaultStore | null = null;
+  let upstream: GatedUpstream | null = null;
+  let policyDir = '';
+  let gw: FencegateProcess | null = null;
+
+  beforeAll(async () => {
+    upstream = await startGatedUpstream();
+    store = await openFaultStore('redis');
+    // The upstream timeout leaves room to kill the orphan's worker before it answers 504.
+    const policy = await ordersPolicy(upstream.url, { timeoutMs: 10_000, drainTimeoutMs: 3000 });
+    policyDir = policy.dir;
+    // A fixed data port: replacements of dead workers share it whatever happens.
+    const listen = `127.0.0.1:${await freePort()}`;
+    gw = await startFencegate([
+      ...store.args,
+      '--policies',
+      policy.file,
+      '--workers',
+      '2',
+      '--listen',
+      listen,
+      '--log-level',
+      'info',
+      '--access-log',
+      'off',
+    ]);
+  }, 90_000);
+
+  afterAll(async () => {
+    await gw?.kill();
+    await upstream?.close();
+    await store?.cleanup();
+    if (policyDir) await rm(policyDir, { recursive: true, force: true });
+  }, 60_000);
+
+  const workerPid = (g: FencegateProcess, slot: number) =>
+    g
+      .logs()
+      .filter((l) => l.worker === slot)
+      .map((l) => l.pid as number)
+      .at(-1) as number;
+
+  it('keeps acknowledged writes and the order across a worker crash; the workload goes on', async () => {
+    const [g, up] = [gw as FencegateProcess, upstream as GatedUpstream];
+    const history = new HistoryRecorder();
+    const tag = randomBytes(3).toString('hex');
+    let acks = 0;
+    let over = false;
+    const workload = runWorkload(history, {
+      workers: 6,
+      orderIds: [0, 1, 2, 3].map((i) => `wcrash${i}-${tag}`),
+      ttlMs: 500,
+      maxOps: 2000,
+      maxDurationMs: 100_000,
+      pauseChance: 0.1,
+      maxDelayMs: 150,
+      writerPrefix: `w-${tag}-`,
+      endpoint: () => ({ control: g.control, data: g.data }),
+      onWrite: (_w, status) => {
+        if (typeof status === 'number' && status >= 200 && status < 300) acks += 1;
+      },
+      stop: () => over,
+    });
+    try {
+      await until('load through the workers', () => acks >= 15, 60_000);
+      const orphanId = `orphan-${tag}`;
+      const orphanLock = `order:${orphanId}`;
+      const owner1 = `orphan-owner-${tag}`;
+      const l1 = await history.acquire(g.control, orphanLock, owner1, { ttlMs: 300, waitMs: 5000 });
+      expect(l1).not.toBeNull();
+      const orphanReq = opId(owner1);
+      let orphanSettled = false;
+      const orphan = history
+        .write({
+          data: g.data,
+          path: `/orders/${orphanId}?hold=orphan-${tag}`,
+          lock: orphanLock,
+          token: l1?.fencingToken ?? null,
+          writer: owner1,
+          requestId: orphanReq,
+        })
+        .finally(() => (orphanSettled = true));
+      await until('the orphan at the upstream', () => up.indexOf('received', orphanReq) >= 0, 30_000);
+
+      const first = workerPid(g, 1);
+      process.kill(first, 'SIGKILL');
+      await sleep(300); // long enough for the orphan's connection to fail if worker 1 had it
+      if (!orphanSettled) process.kill(workerPid(g, 2), 'SIGKILL'); // the orphan was worker 2's
+      await until('worker 1 started again', () => workerPid(g, 1) !== first, 60_000);
+      const orphanResult: WriteResult = await orphan;
+      expect(orphanResult.status).toBe('error'); // the connection died with its worker
+      up.open(`orphan-${tag}`); // the upstream applies it anyway: the write was handed over
+      await until('the orphan applied', () => up.indexOf('applied', orphanReq) >= 0, 30_000);
+
+      const owner2 = `successor-${tag}`;
+      const l2 = await history.acquire(g.control, orphanLock, owner2, { ttlMs: 30_000, waitMs: 10_000 });
+      expect(l2).not.toBeNull();
+      const statuses: (number | string)[] = [];
+      let successorReq = '';
+      for (let attempt = 0; attempt < 40; attempt++) {
+        successorReq = opId(owner2);
+        const r = await history.write({
+          data: g.data,
+          path: `/orders/${orphanId}`,
+          lock: orphanLock,
+          token: l2?.fencingToken ?? null,
+          writer: owner2,
+          requestId: successorReq,
+        });
+        statuses.push(r.status);
+        if (r.status === 200) break;
+        expect(r.status, JSON.stringify(r.body)).toBe(503);
+        await sleep(200);
+      }
+      expect(statuses.at(-1), `successor statuses ${statuses.join(',')}`).toBe(200);
+      await l2?.release();
+      expect(up.indexOf('applied', orphanReq)).toBeLessThan(up.indexOf('received', successorReq));
+      const before = acks;
+      await until('load through the restarted workers', () => acks >= before + 10, 60_000);
+      expect(g.output()).toMatch(/worker \d exited with signal SIGKILL; starting it again/);
+    } finally {
+      over = true;
+      await workload;
+    }
+    const { result } = await checkRun(up.url, history);
+    expect(result.ok, formatViolation(result)).toBe(true);
+    if (result.ok) {
+      expect(result.stats.acknowledged).toBeGreaterThan(25);
       expect(result.stats.indeterminate).toBeGreaterThanOrEqual(1);
     }
   }, 240_000);

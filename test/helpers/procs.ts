@@ -68,6 +68,12 @@ export interface FencegateProcess {
  * Runs `fencegate serve` from the build (npm test builds first) with port-0 listeners.
  * The start-up allowance is long: on a loaded 2-core machine a new embedded store
  * (PGlite's initdb in WASM) alone can take tens of seconds.
+ *
+ * One process unless the test says otherwise (`--workers N` in `args`, or
+ * FENCEGATE_WORKERS in `env`): a FencegateProcess stands for one gateway process, whose
+ * breakers, session and SIGSTOP the scenarios reason about; test/e2e/workers.test.ts and
+ * the workers cases of the fault suite run several. FENCEGATE_TEST_WORKERS (e.g. `auto`)
+ * runs every such process with that many workers instead, to try a suite with them.
  */
 export async function startFencegate(
   args: string[],
@@ -78,7 +84,11 @@ export async function startFencegate(
   const proc = spawn(
     process.execPath,
     [BIN, 'serve', '--listen', '127.0.0.1:0', '--control', '127.0.0.1:0', '--log-level', 'warn', ...args],
-    { cwd, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
+    {
+      cwd,
+      env: { ...process.env, FENCEGATE_WORKERS: process.env.FENCEGATE_TEST_WORKERS ?? '1', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
   );
   let out = '';
   proc.stdout?.on('data', (d: Buffer) => (out += d.toString()));
