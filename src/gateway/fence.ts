@@ -25,6 +25,7 @@ import { readBoundedBody } from '../http/body.js';
 import { sendContinue } from '../http/continue.js';
 import { kindFor } from './kinds/index.js';
 import { refusalRecorder } from './refusal-log.js';
+import { StaleCache } from './stale-cache.js';
 import { decide, fenceUnavailable, type Verdict } from './verdict.js';
 
 export interface FenceOptions {
@@ -41,6 +42,8 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
   const { guard, sessions, observer, metrics, events, sequencers } = opts;
 
   const record = refusalRecorder(metrics, events);
+  // Per process: what the store has already told this gateway is stale, per lock.
+  const cache = new StaleCache();
 
   /** Waits at the drain barrier: null when cleared, else the 503 to answer with. */
   async function passBarrier(
@@ -173,6 +176,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
         session: lease?.id ?? '',
         guard,
         sequencers,
+        cache,
         noSession: recording && lease === null,
       });
       if (!verdict.ok) {
