@@ -166,9 +166,11 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     // valid one (the store has not answered a beat in time) nothing is admitted.
     const lease = recording ? sessions.current() : null;
     const admitted: Extract<Verdict, { ok: true }>[] = [];
+    // route.fencing is `fencing` (checked non-null by the caller): no per-request copy of the route.
+    const fencedRoute = route as typeof route & { fencing: FencingSettings };
     for (const lock of locks) {
       const verdict = await decide({
-        route: { ...route, fencing },
+        route: fencedRoute,
         lock,
         record: recording,
         raw: request.raw,
