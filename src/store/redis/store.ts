@@ -56,6 +56,9 @@ const SCAN_COUNT = 500;
 
 type Epoch = { id: string; floor: FencingToken };
 
+/** How many locks' key names are kept built (see RedisStore.keys). */
+const KEY_NAMES_CACHED = 10_000;
+
 /** A positive integer number of milliseconds, as a string for ARGV. */
 function ms(name: string, value: number): string {
   if (!Number.isFinite(value) || value <= 0) throw new RangeError(`${name} must be a positive number`);
@@ -108,8 +111,24 @@ class RedisStore implements Store {
     });
   }
 
+  /**
+   * The key names of recently used locks: a fenced write needs them twice (admit, finish),
+   * and building them is eight strings and an object each time (~3 KB of garbage per write,
+   * sampled). Bounded; the oldest entry is dropped first.
+   */
+  private readonly keyNames = new Map<string, LockKeys>();
+
   private keys(key: string): LockKeys {
-    return lockKeys(this.prefix, key);
+    let k = this.keyNames.get(key);
+    if (k === undefined) {
+      k = lockKeys(this.prefix, key);
+      if (this.keyNames.size >= KEY_NAMES_CACHED) {
+        const oldest = this.keyNames.keys().next();
+        if (oldest.done !== true) this.keyNames.delete(oldest.value);
+      }
+      this.keyNames.set(key, k);
+    }
+    return k;
   }
 
   private async run<T>(op: string, fn: () => Promise<T>): Promise<T> {
