@@ -384,9 +384,15 @@ class RedisStore implements Store {
     }
   }
 
-  async finish(lock: string, requestId: string): Promise<void> {
+  /** Every fenced write's last call: without the async frames of run() (two promises fewer). */
+  finish(lock: string, requestId: string): Promise<void> {
     const k = this.keys(lock);
-    await this.run('finish', () => this.batched(() => this.redis.fg_finish_v2(k.inf, requestId, k.channel)));
+    return this.batched(() => this.redis.fg_finish_v2(k.inf, requestId, k.channel)).then(
+      () => undefined,
+      (err: unknown) => {
+        throw unavailable(this.conn, 'finish', err);
+      },
+    );
   }
 
   async lowerInflight(lock: string, token: FencingToken): Promise<InflightState> {
