@@ -16,12 +16,13 @@
 import autocannon from 'autocannon';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir, cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { Redis } from 'ioredis';
 import { paced } from './paced.mjs';
 import { benchPostgresKind } from './postgres-kind.mjs';
 
@@ -48,7 +49,7 @@ async function spawnUntil(cmd, args, pattern, opts = {}) {
   let out = '';
   child.stdout.on('data', (d) => (out += d));
   child.stderr.on('data', (d) => (out += d));
-  const end = Date.now() + 30_000;
+  const end = Date.now() + 90_000; // PGlite opens slowly on a busy host
   let m;
   while (!(m = pattern.exec(out))) {
     if (child.exitCode !== null) throw new Error(`${cmd} ${args.join(' ')} exited: ${out}`);
@@ -88,6 +89,15 @@ async function fencegate(store, policyDir, extra = []) {
     /listening data=([^\s"]+) control=([^\s"]+)/,
   );
   return { child, data: m[1], control: m[2] };
+}
+
+async function release(control, lease) {
+  const res = await fetch(`${control}/v1/locks/${encodeURIComponent(lease.key)}/release`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ leaseId: lease.leaseId }),
+  });
+  if (res.status !== 200) throw new Error(`release failed: ${res.status} ${await res.text()}`);
 }
 
 async function acquireTokens(control, prefix) {
@@ -170,7 +180,8 @@ function slopePerMinute(samples, stepS) {
   return (num / den) * 60;
 }
 
-function summarize(name, r) {
+function summarize(name, measured, cpu = measured.cpu ?? {}) {
+  const r = measured.result ?? measured;
   const bad = r.non2xx + r.errors + r.timeouts;
   return {
     name,
@@ -179,6 +190,7 @@ function summarize(name, r) {
     p99: r.latency.p99,
     total: r.requests.total,
     bad,
+    cpu,
   };
 }
 
@@ -187,14 +199,73 @@ async function rssKiB(pid) {
   return Number(/VmRSS:\s+(\d+)/.exec(s)[1]);
 }
 
+/** Clock ticks per second of /proc/<pid>/stat's utime and stime (USER_HZ; 100 on Linux). */
+const TICK_US = 1e6 / 100;
+
+/** utime + stime of `pid` and every descendant (a gateway may run worker processes), in µs. */
+async function treeCpuUs(pid) {
+  const stats = new Map();
+  for (const name of await readdir('/proc')) {
+    if (!/^[0-9]+$/.test(name)) continue;
+    const text = await readFile(`/proc/${name}/stat`, 'utf8').catch(() => null);
+    if (text === null) continue;
+    // Fields after the command name, which is in parentheses and may contain spaces.
+    const f = text.slice(text.lastIndexOf(')') + 2).split(' ');
+    stats.set(Number(name), { ppid: Number(f[1]), cpu: (Number(f[11]) + Number(f[12])) * TICK_US });
+  }
+  let total = 0;
+  const todo = [pid];
+  while (todo.length > 0) {
+    const p = todo.pop();
+    total += stats.get(p)?.cpu ?? 0;
+    for (const [child, s] of stats) if (s.ppid === p) todo.push(child);
+  }
+  return total;
+}
+
+/**
+ * Runs `fn` (an autocannon run) and measures the CPU time of each role's process (and its
+ * children) from /proc, per request answered: { result, cpu: { role: µs per request } }.
+ * The load generator is this process (autocannon runs in it).
+ */
+async function withCpu(roles, fn) {
+  const all = { ...roles, 'load generator': process.pid };
+  const before = {};
+  for (const [role, pid] of Object.entries(all)) if (pid) before[role] = await treeCpuUs(pid);
+  const result = await fn();
+  const cpu = {};
+  for (const [role, pid] of Object.entries(all)) {
+    if (!pid) continue;
+    cpu[role] = ((await treeCpuUs(pid)) - before[role]) / Math.max(1, result.requests.total);
+  }
+  return { result, cpu };
+}
+
+/** Redis INFO commandstats as { command: calls }. */
+async function commandCalls(redis) {
+  const out = {};
+  for (const line of (await redis.info('commandstats')).split('\n')) {
+    const m = /^cmdstat_([^:]+):calls=([0-9]+)/.exec(line.trim());
+    if (m) out[m[1]] = Number(m[2]);
+  }
+  return out;
+}
+
 async function main() {
   const started = new Date();
   const tmp = await mkdtemp(join(tmpdir(), 'fg-bench-'));
   const results = [];
   const say = (s) => process.stdout.write(`${s}\n`);
 
-  const { m: um } = await spawnUntil(process.execPath, ['bench/upstream.mjs'], /listening (\S+)/);
+  const { m: um, child: upstreamChild } = await spawnUntil(
+    process.execPath,
+    ['bench/upstream.mjs'],
+    /listening (\S+)/,
+  );
   const upstream = um[1];
+  // CPU per request, per process (µs, from /proc): the proxy under test, its store, the upstream, autocannon.
+  const cpuOf = (proxy, store = null, opts = {}) =>
+    withCpu({ proxy, store, upstream: upstreamChild.pid }, opts.run);
   const policyDir = join(tmp, 'policies');
   await (await import('node:fs/promises')).mkdir(policyDir);
   const policy = (lockPrefix) => `version: 1
@@ -213,6 +284,11 @@ routes:
     methods: [PUT]
     path: /open/:id
     upstream: bench
+  - name: stale-writes
+    methods: [PUT]
+    path: /stale/:id
+    upstream: bench
+    lock: "stale:{id}"
   - name: sequenced-writes
     methods: [PUT]
     path: /sequenced/:id
@@ -224,23 +300,36 @@ routes:
 
   say(`direct upstream …`);
   await run(upstream, { seconds: 2 }); // warm-up
-  results.push(summarize('direct upstream', await run(upstream)));
+  results.push(summarize('direct upstream', await cpuOf(null, null, { run: () => run(upstream) })));
 
   const bare = await spawnUntil(process.execPath, ['bench/bare-proxy.mjs', upstream], /listening (\S+)/);
   say(`bare @fastify/http-proxy …`);
   await run(bare.m[1], { seconds: 2 });
-  const bareResult = summarize('bare @fastify/http-proxy', await run(bare.m[1]));
+  const bareResult = summarize(
+    'bare @fastify/http-proxy',
+    await cpuOf(bare.child.pid, null, { run: () => run(bare.m[1]) }),
+  );
   results.push(bareResult);
 
   // Embedded store: unfenced route and fenced writes.
   const embedded = await fencegate(join(tmp, 'embedded'), policyDir);
   say(`fencegate unfenced route …`);
   await run(embedded.data, { base: 'open', seconds: 2 });
-  results.push(summarize('fencegate, unfenced route', await run(embedded.data, { base: 'open' })));
+  results.push(
+    summarize(
+      'fencegate, unfenced route',
+      await cpuOf(embedded.child.pid, null, { run: () => run(embedded.data, { base: 'open' }) }),
+    ),
+  );
   say(`fencegate fenced, embedded …`);
   let tokens = await acquireTokens(embedded.control, 'order');
   await run(embedded.data, { tokens, seconds: 2 });
-  results.push(summarize('fencegate fenced, embedded store', await run(embedded.data, { tokens })));
+  results.push(
+    summarize(
+      'fencegate fenced, embedded store',
+      await cpuOf(embedded.child.pid, null, { run: () => run(embedded.data, { tokens }) }),
+    ),
+  );
   await stop(embedded.child);
 
   // Postgres store, a throwaway schema on the shared server.
@@ -249,14 +338,19 @@ routes:
   say(`fencegate fenced, postgres …`);
   tokens = await acquireTokens(postgres.control, 'order');
   await run(postgres.data, { tokens, seconds: 2 });
-  results.push(summarize('fencegate fenced, postgres store', await run(postgres.data, { tokens })));
+  results.push(
+    summarize(
+      'fencegate fenced, postgres store',
+      await cpuOf(postgres.child.pid, null, { run: () => run(postgres.data, { tokens }) }),
+    ),
+  );
   await stop(postgres.child);
 
   // Redis store: a private redis-server with AOF appendfsync always (the safe setting).
   const redisPort = await freePort();
   const redisDir = join(tmp, 'redis');
   await (await import('node:fs/promises')).mkdir(redisDir);
-  await spawnUntil(
+  const { child: redisChild } = await spawnUntil(
     'redis-server',
     [
       '--port',
@@ -283,9 +377,50 @@ routes:
   await run(redis.data, { tokens, seconds: 2 });
   const redisResult = summarize(
     'fencegate fenced, redis store (AOF always)',
-    await run(redis.data, { tokens }),
+    await cpuOf(redis.child.pid, redisChild.pid, { run: () => run(redis.data, { tokens }) }),
   );
   results.push(redisResult);
+  // Unfenced on the same process, for its CPU beside the fenced writes'.
+  say(`fencegate unfenced route, redis process …`);
+  await run(redis.data, { base: 'open', seconds: 2 });
+  const unfencedRedis = summarize(
+    'fencegate, unfenced route (the redis-store process)',
+    await cpuOf(redis.child.pid, redisChild.pid, { run: () => run(redis.data, { base: 'open' }) }),
+  );
+  results.push(unfencedRedis);
+
+  // A stale flood: every lock's token superseded by a newer one that was written once.
+  say(`fencegate stale writes, redis …`);
+  const oldLeases = await acquireLeases(redis.control, 'stale');
+  for (const l of oldLeases) await release(redis.control, l);
+  const newLeases = await acquireLeases(redis.control, 'stale');
+  const staleTokens = oldLeases.map((l) => l.token);
+  for (let i = 0; i < LOCKS; i++) {
+    const res = await fetch(`${redis.data}/stale/${i}`, {
+      method: 'PUT',
+      headers: { 'fencing-token': newLeases[i].token },
+      body: 'x',
+    });
+    if (res.status !== 200) throw new Error(`stale setup write: ${res.status} ${await res.text()}`);
+  }
+  const probe = new Redis(`redis://127.0.0.1:${redisPort}`);
+  await run(redis.data, { base: 'stale', tokens: staleTokens, seconds: 2 });
+  const commandsBefore = await commandCalls(probe);
+  const staleMeasured = await cpuOf(redis.child.pid, redisChild.pid, {
+    run: () => run(redis.data, { base: 'stale', tokens: staleTokens }),
+  });
+  const commandsAfter = await commandCalls(probe);
+  probe.disconnect();
+  const refused = staleMeasured.result.statusCodeStats?.['409']?.count ?? 0;
+  const staleResult = {
+    ...summarize('fencegate, stale writes refused (409), redis store', staleMeasured),
+    // Here the expected answer is 409: "bad" counts anything else.
+    bad: staleMeasured.result.requests.total - refused,
+  };
+  results.push(staleResult);
+  const staleCommands = Object.entries(commandsAfter)
+    .map(([cmd, n]) => [cmd, n - (commandsBefore[cmd] ?? 0)])
+    .filter(([cmd, n]) => n > 0 && cmd !== 'info');
   // The same writes on a check: sequencer route: the SDK's headers (token and sequencer).
   say(`fencegate fenced, redis, check: sequencer …`);
   const leases = await acquireLeases(redis.control, 'sequenced');
@@ -296,7 +431,10 @@ routes:
   };
   await run(redis.data, { ...sequenced, seconds: 2 });
   results.push(
-    summarize('fencegate fenced, redis store, check: sequencer', await run(redis.data, sequenced)),
+    summarize(
+      'fencegate fenced, redis store, check: sequencer',
+      await cpuOf(redis.child.pid, redisChild.pid, { run: () => run(redis.data, sequenced) }),
+    ),
   );
 
   // The same fenced writes through `serve --workers 2` on the same store (the rows above are
@@ -306,7 +444,7 @@ routes:
   await run(redis2.data, { tokens, seconds: 2 });
   const workersResult = summarize(
     'fencegate fenced, redis store, --workers 2',
-    await run(redis2.data, { tokens }),
+    await cpuOf(redis2.child.pid, redisChild.pid, { run: () => run(redis2.data, { tokens }) }),
   );
   results.push(workersResult);
   await stop(redis2.child);
@@ -358,6 +496,14 @@ routes:
     (r) =>
       `| ${r.name} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} | ${ratio(r.rps, bareResult.rps)} | ${r.bad} |`,
   );
+  const us = (v) => (v === undefined ? '–' : v.toFixed(1));
+  const pair = (r) => (r.cpu.proxy === undefined ? undefined : r.cpu.proxy + (r.cpu.store ?? 0));
+  const bareCpu = pair(bareResult);
+  const cpuRows = results.map(
+    (r) =>
+      `| ${r.name} | ${us(r.cpu.proxy)} | ${us(r.cpu.store)} | ${us(pair(r))} | ${us(r.cpu.upstream)} | ${us(r.cpu['load generator'])} | ${pair(r) === undefined ? '–' : (pair(r) / bareCpu).toFixed(2)} |`,
+  );
+  const staleTotal = staleCommands.reduce((a, [, n]) => a + n, 0);
   // RSS follows the young generation's sawtooth (tens of MiB), so the trend is read from
   // the troughs (lowest sample of each half, after the first) and a fitted slope.
   const settled = samples.slice(1).map((k) => k / 1024);
@@ -379,10 +525,41 @@ row after a 2 s warm-up. "bad" counts non-2xx answers, errors and timeouts.
 ${rows.join('\n')}
 
 Goals: fenced writes on Redis ≥ 0.85× the bare proxy → **${ratio(redisResult.rps, bareResult.rps)}×**;
-unfenced route ≥ 0.95× → **${ratio(results[2].rps, bareResult.rps)}×**. Fenced rows run
-\`--workers 1\` unless named; with \`--workers 2\` (two gateway processes sharing the data
-port, on the same 2 cores as the load generator, upstream and store) → **${ratio(workersResult.rps, bareResult.rps)}×**
+unfenced route ≥ 1.0× → **${ratio(results[2].rps, bareResult.rps)}×** (on the Redis-store process:
+**${ratio(unfencedRedis.rps, bareResult.rps)}×**). Fenced rows run \`--workers 1\` unless named;
+with \`--workers 2\` (two gateway processes sharing the data port, on the same 2 cores as the
+load generator, upstream and store) → **${ratio(workersResult.rps, bareResult.rps)}×**
 (${ratio(workersResult.rps, redisResult.rps)}× one worker).
+
+### CPU per request, per process
+
+From \`/proc/<pid>/stat\` (utime + stime of the process and its children, 10 ms ticks) over
+each row's measured run, divided by the requests answered, in µs. "proxy" is the bare proxy or
+the fencegate process; "store" the private redis-server (the Postgres server is shared and
+not counted; the embedded store runs inside the fencegate process); the load generator is
+autocannon, in the bench's own process.
+
+| setup | proxy | store | proxy + store | upstream | load generator | proxy + store × bare proxy |
+|---|---|---|---|---|---|---|
+${cpuRows.join('\n')}
+
+Goal: the fenced path's gateway + store CPU per write ≤ 1.3× the bare proxy's per request →
+**${(pair(redisResult) / bareCpu).toFixed(2)}×**.
+
+## Stale floods (Redis store)
+
+Every lock's token superseded by a newer one written once; then the same PUTs with the
+old tokens, all refused 409 \`stale-token\` (${staleResult.bad} answered otherwise).
+
+| | req/s | × admitted fenced writes |
+|---|---|---|
+| admitted fenced writes (the row above) | ${Math.round(redisResult.rps)} | 1.000 |
+| stale writes refused | ${Math.round(staleResult.rps)} | ${ratio(staleResult.rps, redisResult.rps)} |
+
+Goal ≥ 3× → **${ratio(staleResult.rps, redisResult.rps)}×**. Redis \`INFO commandstats\` over the
+${staleResult.total} refused writes: ${staleTotal} calls (${staleCommands.map(([c, n]) => `${c} ${n}`).join(', ') || 'none'}),
+${(staleTotal / Math.max(1, staleResult.total)).toFixed(4)} per refused write (the gateway session's beats and
+the sweeper run on their own timers, whatever the load).
 
 ## \`kind: postgres\`: fenced row writes vs raw \`UPDATE … WHERE id = $1\`
 

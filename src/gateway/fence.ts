@@ -25,6 +25,7 @@ import { readBoundedBody } from '../http/body.js';
 import { sendContinue } from '../http/continue.js';
 import { kindFor } from './kinds/index.js';
 import { refusalRecorder } from './refusal-log.js';
+import { StaleCache } from './stale-cache.js';
 import { decide, fenceUnavailable, type Verdict } from './verdict.js';
 
 export interface FenceOptions {
@@ -41,6 +42,8 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
   const { guard, sessions, observer, metrics, events, sequencers } = opts;
 
   const record = refusalRecorder(metrics, events);
+  // Per process: what the store has already told this gateway is stale, per lock.
+  const cache = new StaleCache();
 
   /** Waits at the drain barrier: null when cleared, else the 503 to answer with. */
   async function passBarrier(
@@ -163,9 +166,11 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     // valid one (the store has not answered a beat in time) nothing is admitted.
     const lease = recording ? sessions.current() : null;
     const admitted: Extract<Verdict, { ok: true }>[] = [];
+    // route.fencing is `fencing` (checked non-null by the caller): no per-request copy of the route.
+    const fencedRoute = route as typeof route & { fencing: FencingSettings };
     for (const lock of locks) {
       const verdict = await decide({
-        route: { ...route, fencing },
+        route: fencedRoute,
         lock,
         record: recording,
         raw: request.raw,
@@ -173,6 +178,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
         session: lease?.id ?? '',
         guard,
         sequencers,
+        cache,
         noSession: recording && lease === null,
       });
       if (!verdict.ok) {

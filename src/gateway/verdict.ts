@@ -15,6 +15,7 @@ import type { FencingToken } from '../tokens.js';
 import type { SequencerVerifier } from '../sequencer/index.js';
 import type { AdmitCheck } from '../store/types.js';
 import { FENCING_TOKEN, rawHeaderValues, readFencingSequencer, readFencingToken } from './headers.js';
+import type { StaleCache } from './stale-cache.js';
 import type { StoreGuard } from './store-guard.js';
 
 export type Verdict =
@@ -43,6 +44,8 @@ export interface VerdictInput {
   guard: StoreGuard;
   /** Verifies sequencers (check: sequencer); null when this gateway has no keys. */
   sequencers: SequencerVerifier | null;
+  /** What this gateway already knows is stale (stale-cache.ts); consulted before the store. */
+  cache: StaleCache;
 }
 
 type Presented = { ok: true; token: FencingToken } | { ok: false; verdict: Verdict };
@@ -55,6 +58,11 @@ export async function decide(input: VerdictInput): Promise<Verdict> {
   const token = presented.token;
   // A verified sequencer is admitted as a token: stale → 409, never issued → 403.
   const check: AdmitCheck = sequenced ? 'token' : (route.fencing.check as AdmitCheck);
+  // Known stale here: the store would refuse it too (its fence and floor only rise), so
+  // it is refused without asking, whatever the store's state. Only 'stale' is answered
+  // from the cache: forged tokens and lease checks need the store.
+  const known = input.cache.refuses(lock, token);
+  if (known !== null) return staleRefusal(lock, token, known.highest);
   if (input.noSession) {
     const problem = new ProblemError(
       'fence-unavailable',
@@ -84,19 +92,13 @@ export async function decide(input: VerdictInput): Promise<Verdict> {
       highest: null,
     };
   }
+  input.cache.learn(lock, token, input.record, result);
   if (result.ok)
     return { ok: true, lock, token, highest: result.highest, lowerInflight: result.lowerInflight };
   const { highest } = result;
   switch (result.reason) {
     case 'stale':
-      return refused(
-        'stale-token',
-        `token ${token} is older than ${highest ?? 'the current epoch floor'}, already admitted for lock "${lock}"`,
-        'stale',
-        lock,
-        token,
-        highest,
-      );
+      return staleRefusal(lock, token, highest);
     case 'forged':
       return refused(
         'token-invalid',
@@ -116,6 +118,15 @@ export async function decide(input: VerdictInput): Promise<Verdict> {
         highest,
       );
   }
+}
+
+/** 409 stale-token, from the store's answer or the cache's (whose highest is a lower bound). */
+function staleRefusal(lock: string, token: FencingToken, highest: FencingToken | null): Verdict {
+  const detail =
+    highest !== null && token < highest
+      ? `token ${token} is older than ${highest}, already admitted for lock "${lock}"`
+      : `token ${token} is at or below the current epoch floor of lock "${lock}"`;
+  return refused('stale-token', detail, 'stale', lock, token, highest);
 }
 
 function bareToken({ route, lock, raw }: VerdictInput): Presented {

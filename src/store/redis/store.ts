@@ -56,6 +56,29 @@ const SCAN_COUNT = 500;
 
 type Epoch = { id: string; floor: FencingToken };
 
+/** The epoch re-read shared by the admissions of one batch: asked for while they are issued, sent after. */
+class SharedReread {
+  wanted = false;
+  private readonly reply: Promise<(string | null)[]>;
+  private settle!: (reply: Promise<(string | null)[]>) => void;
+
+  constructor() {
+    this.reply = new Promise((resolve) => (this.settle = resolve));
+  }
+
+  want(): Promise<(string | null)[]> {
+    this.wanted = true;
+    return this.reply;
+  }
+
+  send(reply: Promise<(string | null)[]>): void {
+    this.settle(reply);
+  }
+}
+
+/** How many locks' key names are kept built (see RedisStore.keys). */
+const KEY_NAMES_CACHED = 10_000;
+
 /** A positive integer number of milliseconds, as a string for ARGV. */
 function ms(name: string, value: number): string {
   if (!Number.isFinite(value) || value <= 0) throw new RangeError(`${name} must be a positive number`);
@@ -89,10 +112,21 @@ class RedisStore implements Store {
    * request. Each call is still its own atomic script; the delay is one setImmediate.
    */
   private batch: (() => void)[] = [];
+  /** While a batch is being issued: the epoch re-read its admissions share (see admit). */
+  private batchReread: SharedReread | null = null;
   private readonly flushBatch = (): void => {
     const calls = this.batch;
     this.batch = [];
-    for (const call of calls) call();
+    const shared = new SharedReread();
+    this.batchReread = shared;
+    try {
+      for (const call of calls) call();
+    } finally {
+      this.batchReread = null;
+    }
+    // Sent after every admission of the batch, on the same connection: it shows the floor
+    // as it was at or after each of them ran.
+    if (shared.wanted) shared.send(this.redis.hmget(this.epochKey, 'floor'));
   };
 
   private batched<T>(fn: () => Promise<T>): Promise<T> {
@@ -108,8 +142,24 @@ class RedisStore implements Store {
     });
   }
 
+  /**
+   * The key names of recently used locks: a fenced write needs them twice (admit, finish),
+   * and building them is eight strings and an object each time (~3 KB of garbage per write,
+   * sampled). Bounded; the oldest entry is dropped first.
+   */
+  private readonly keyNames = new Map<string, LockKeys>();
+
   private keys(key: string): LockKeys {
-    return lockKeys(this.prefix, key);
+    let k = this.keyNames.get(key);
+    if (k === undefined) {
+      k = lockKeys(this.prefix, key);
+      if (this.keyNames.size >= KEY_NAMES_CACHED) {
+        const oldest = this.keyNames.keys().next();
+        if (oldest.done !== true) this.keyNames.delete(oldest.value);
+      }
+      this.keyNames.set(key, k);
+    }
+    return k;
   }
 
   private async run<T>(op: string, fn: () => Promise<T>): Promise<T> {
@@ -257,7 +307,8 @@ class RedisStore implements Store {
    * The admit script needs the global floor as an argument (the epoch record is not in
    * the lock's hash slot, so the script cannot read it in a cluster). Rather than reading
    * it before every admission, the floor last read (`epochFloor`) is passed, and the
-   * epoch record is read again in the same pipeline, right behind the admission: on one
+   * epoch record is read again in the same pipeline, behind the admission (one read for all
+   * the admissions of a batch, sent after the last of them, see flushBatch): on one
    * connection Redis runs them in order, so the read shows the floor as it was at or
    * after the admission ran. The floor never goes down (bump takes the max; a lost record
    * is recreated from the clock, ADR 0002), so when the read equals the floor passed, the
@@ -292,7 +343,9 @@ class RedisStore implements Store {
       const cached = this.epochFloor;
       if (cached !== null) {
         const admitted = admitWith(cached);
-        const reread = this.redis.hmget(this.epochKey, 'floor');
+        // One re-read per batch, sent behind all its admissions (flushBatch); a call outside a
+        // batch sends its own.
+        const reread = this.batchReread?.want() ?? this.redis.hmget(this.epochKey, 'floor');
         let result: AdmitResult;
         try {
           result = await admitted;
@@ -331,9 +384,15 @@ class RedisStore implements Store {
     }
   }
 
-  async finish(lock: string, requestId: string): Promise<void> {
+  /** Every fenced write's last call: without the async frames of run() (two promises fewer). */
+  finish(lock: string, requestId: string): Promise<void> {
     const k = this.keys(lock);
-    await this.run('finish', () => this.batched(() => this.redis.fg_finish_v2(k.inf, requestId, k.channel)));
+    return this.batched(() => this.redis.fg_finish_v2(k.inf, requestId, k.channel)).then(
+      () => undefined,
+      (err: unknown) => {
+        throw unavailable(this.conn, 'finish', err);
+      },
+    );
   }
 
   async lowerInflight(lock: string, token: FencingToken): Promise<InflightState> {

@@ -1,0 +1,267 @@
+#!/usr/bin/env node
+/**
+ * What one write costs, counted rather than timed, for comparing builds on a noisy host
+ * (bench/RESULTS.md, "What limits it"): for each build and mode, interleaved over rounds,
+ * a fencegate process on a private Redis (AOF appendfsync always) takes `writes` PUTs
+ * (after as many again to warm up) from 8 connections, and the run reports per write:
+ * the gateway's and redis-server's CPU (/proc), Redis commands (INFO commandstats, the
+ * commands run inside scripts included), Redis socket reads (INFO stats
+ * total_reads_processed: how well the gateway batches), and with --gc-trace the young
+ * generation scavenges per 1 000 writes at a 1 MiB semi-space (a stable measure of the
+ * bytes allocated per write).
+ *
+ *   node bench/per-write.mjs [--builds DIR,DIR] [--modes fenced,open,stale]
+ *                            [--writes 6000] [--rounds 2] [--gc-trace]
+ *
+ * A build is a checkout with dist/ built (default: this one). Modes: fenced (admitted
+ * writes, 16 locks), open (an unfenced route), stale (writes whose token was superseded).
+ */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { Redis } from 'ioredis';
+import { Pool } from 'undici';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const { values: opt } = parseArgs({
+  options: {
+    builds: { type: 'string', default: ROOT },
+    modes: { type: 'string', default: 'fenced,open,stale' },
+    writes: { type: 'string', default: '6000' },
+    rounds: { type: 'string', default: '2' },
+    'gc-trace': { type: 'boolean', default: false },
+  },
+});
+const BUILDS = opt.builds.split(',').map((b) => resolve(b));
+const MODES = opt.modes.split(',');
+const WRITES = Number(opt.writes);
+const ROUNDS = Number(opt.rounds);
+const LOCKS = 16;
+const CONNECTIONS = 8;
+const children = [];
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function freePort() {
+  const s = createServer().listen(0, '127.0.0.1');
+  await once(s, 'listening');
+  const { port } = s.address();
+  s.close();
+  return port;
+}
+
+async function start(cmd, args, pattern) {
+  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  children.push(child);
+  const seen = { text: '' };
+  child.stdout.on('data', (d) => (seen.text += d));
+  child.stderr.on('data', (d) => (seen.text += d));
+  const end = Date.now() + 90_000;
+  let m;
+  while (!(m = pattern.exec(seen.text))) {
+    if (child.exitCode !== null) throw new Error(`${cmd} exited: ${seen.text}`);
+    if (Date.now() > end) throw new Error(`${cmd} did not start: ${seen.text}`);
+    await sleep(20);
+  }
+  return { child, m, seen };
+}
+
+async function cpuUs(pid) {
+  const t = await readFile(`/proc/${pid}/stat`, 'utf8');
+  const f = t.slice(t.lastIndexOf(')') + 2).split(' ');
+  return (Number(f[11]) + Number(f[12])) * 10_000;
+}
+
+async function redisCounters(redis) {
+  let commands = 0;
+  for (const line of (await redis.info('commandstats')).split('\n')) {
+    const m = /^cmdstat_([^:]+):calls=([0-9]+)/.exec(line.trim());
+    if (m && m[1] !== 'info') commands += Number(m[2]);
+  }
+  const reads = Number(/total_reads_processed:([0-9]+)/.exec(await redis.info('stats'))[1]);
+  return { commands, reads };
+}
+
+async function control(url, path, body) {
+  const res = await fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  if (res.status !== 200) throw new Error(`${path}: ${res.status} ${await res.text()}`);
+  return res.json();
+}
+
+/** PUTs from CONNECTIONS loops; returns the answers that were not `want`. */
+async function load(pool, count, paths, tokens, want) {
+  const body = JSON.stringify({ status: 'shipped', note: 'x'.repeat(64) });
+  let i = 0;
+  let bad = 0;
+  const loop = async () => {
+    while (i < count) {
+      const k = i++ % LOCKS;
+      const headers = { 'content-type': 'application/json' };
+      if (tokens !== null) headers['fencing-token'] = tokens[k];
+      const res = await pool.request({ method: 'PUT', path: paths[k], headers, body });
+      await res.body.dump();
+      if (res.statusCode !== want) bad++;
+    }
+  };
+  await Promise.all(Array.from({ length: CONNECTIONS }, loop));
+  return bad;
+}
+
+async function measure(build, mode, env) {
+  const nodeArgs = opt['gc-trace']
+    ? ['--max-semi-space-size=1', '--min-semi-space-size=1', '--trace-gc']
+    : ['--max-semi-space-size=32']; // what bin/fencegate.js runs with
+  const gw = await start(
+    process.execPath,
+    [
+      ...nodeArgs,
+      join(build, 'bin/fencegate.js'),
+      'serve',
+      '--store',
+      env.store,
+      '--policies',
+      env.policies,
+      '--listen',
+      '127.0.0.1:0',
+      '--control',
+      '127.0.0.1:0',
+      '--log-level',
+      'error',
+    ],
+    /listening data=([^\s"]+) control=([^\s"]+)/,
+  );
+  const [data, ctl] = [gw.m[1], gw.m[2]];
+  const tag = Math.random().toString(36).slice(2, 8);
+  const base = { fenced: 'orders', open: 'open', stale: 'stale' }[mode];
+  const prefix = mode === 'stale' ? 'stale' : 'order';
+  const ids = Array.from({ length: LOCKS }, (_, i) => `${tag}${i}`);
+  const paths = ids.map((id) => `/${base}/${id}`);
+  const pool = new Pool(data, { connections: CONNECTIONS });
+  let tokens = null;
+  if (mode !== 'open') {
+    const acquire = (id) =>
+      control(ctl, `/v1/locks/${encodeURIComponent(`${prefix}:${id}`)}/acquire`, {
+        owner: 'bench',
+        ttlMs: 3_600_000,
+      });
+    const leases = [];
+    for (const id of ids) leases.push(await acquire(id));
+    tokens = leases.map((l) => l.token);
+    if (mode === 'stale') {
+      for (const l of leases)
+        await control(ctl, `/v1/locks/${encodeURIComponent(l.key)}/release`, { leaseId: l.leaseId });
+      for (let i = 0; i < LOCKS; i++) {
+        const next = await acquire(ids[i]);
+        const res = await pool.request({
+          method: 'PUT',
+          path: paths[i],
+          headers: { 'fencing-token': next.token },
+          body: 'x',
+        });
+        await res.body.dump();
+      }
+    }
+  }
+  const want = mode === 'stale' ? 409 : 200;
+  await load(pool, WRITES, paths, tokens, want); // warm-up
+  const scavengesBefore = (gw.seen.text.match(/Scavenge/g) ?? []).length;
+  const before = {
+    gw: await cpuUs(gw.child.pid),
+    redis: await cpuUs(env.redisPid),
+    ...(await redisCounters(env.redis)),
+  };
+  const started = performance.now();
+  const bad = await load(pool, WRITES, paths, tokens, want);
+  const ms = performance.now() - started;
+  const after = {
+    gw: await cpuUs(gw.child.pid),
+    redis: await cpuUs(env.redisPid),
+    ...(await redisCounters(env.redis)),
+  };
+  const scavenges = (gw.seen.text.match(/Scavenge/g) ?? []).length - scavengesBefore;
+  await pool.close();
+  gw.child.kill('SIGTERM');
+  await once(gw.child, 'exit');
+  const per = (k) => (after[k] - before[k]) / WRITES;
+  return {
+    build,
+    mode,
+    rps: Math.round((WRITES / ms) * 1000),
+    bad,
+    gwUs: per('gw'),
+    redisUs: per('redis'),
+    commands: per('commands'),
+    reads: per('reads'),
+    scavenges: opt['gc-trace'] ? (scavenges * 1000) / WRITES : null,
+  };
+}
+
+async function main() {
+  const tmp = await mkdtemp(join(tmpdir(), 'fg-per-write-'));
+  const up = await start(process.execPath, [join(ROOT, 'bench/upstream.mjs')], /listening (\S+)/);
+  const port = await freePort();
+  await mkdir(join(tmp, 'redis'));
+  const redisServer = await start(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--dir', join(tmp, 'redis'), '--save', ''].concat([
+      '--appendonly',
+      'yes',
+      '--appendfsync',
+      'always',
+    ]),
+    /Ready to accept connections/,
+  );
+  const policies = join(tmp, 'policies');
+  await mkdir(policies);
+  const route = (name, path, lock) =>
+    `  - name: ${name}\n    methods: [PUT]\n    path: ${path}\n    upstream: bench\n` +
+    (lock ? `    lock: "${lock}"\n` : '');
+  await writeFile(
+    join(policies, 'p.yaml'),
+    `version: 1\nupstreams:\n  bench:\n    kind: http\n    url: ${up.m[1]}\n    timeoutMs: 10000\nroutes:\n` +
+      route('fenced-writes', '/orders/:id', 'order:{id}') +
+      route('open-writes', '/open/:id', null) +
+      route('stale-writes', '/stale/:id', 'stale:{id}'),
+  );
+  const redis = new Redis(`redis://127.0.0.1:${port}`);
+  const env = { store: `redis://127.0.0.1:${port}`, policies, redis, redisPid: redisServer.child.pid };
+  const rows = [];
+  for (let r = 0; r < ROUNDS; r++)
+    for (const mode of MODES)
+      for (const build of BUILDS) {
+        const row = await measure(build, mode, env);
+        rows.push(row);
+        process.stderr.write(`${JSON.stringify(row)}\n`);
+      }
+  redis.disconnect();
+  const f = (v, d = 1) => (v === null ? '–' : v.toFixed(d));
+  process.stdout.write(
+    `| build | mode | writes/s | gateway µs | redis µs | Redis commands | Redis reads | scavenges /1k | bad |\n` +
+      `|---|---|---|---|---|---|---|---|---|\n` +
+      rows
+        .map(
+          (r) =>
+            `| ${r.build} | ${r.mode} | ${r.rps} | ${f(r.gwUs)} | ${f(r.redisUs)} | ${f(r.commands, 2)} | ${f(r.reads, 2)} | ${f(r.scavenges)} | ${r.bad} |`,
+        )
+        .join('\n') +
+      '\n',
+  );
+  await rm(tmp, { recursive: true, force: true });
+}
+
+main()
+  .catch((err) => {
+    process.stderr.write(`per-write failed: ${err.stack ?? err}\n`);
+    process.exitCode = 1;
+  })
+  .finally(async () => {
+    for (const c of children) if (c.exitCode === null) c.kill('SIGTERM');
+  });
