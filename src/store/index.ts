@@ -44,7 +44,7 @@ export async function openStore(spec: string, options: StoreOptions = {}): Promi
       return openPostgresStore(spec, options);
     }
     case 'embedded': {
-      const { openEmbeddedStore } = await import('./sql/store.js');
+      const { openEmbeddedStore } = await import('./lmdb/store.js');
       return openEmbeddedStore(spec, options);
     }
   }
