@@ -154,10 +154,8 @@ describe.each(KINDS)('queue wake-up (%s store)', (kind) => {
     }
   }, 120_000);
 
-  // Needs a second issuer process on the same store: not defined for the embedded store,
-  // which one process owns (its directory lock refuses a second one).
-  const shared = kind === 'embedded' ? null : it;
-  shared?.(
+  // A second issuer process on the same store (for the embedded store: the same directory).
+  it(
     'an issuer killed with queued waiters stops blocking the lock within seconds',
     async () => {
       const s = store as FaultStore;

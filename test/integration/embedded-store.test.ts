@@ -140,6 +140,17 @@ describe('embedded store', { timeout: 90_000 }, () => {
     expect(sockets.some((s) => s.startsWith(`${child.pid}-`))).toBe(false);
   });
 
+  it('wakes across handles when the directory is too deep for a Unix socket path beside it', async () => {
+    const dir = join(await tempDir(), 'd'.repeat(60), 'e'.repeat(60));
+    const a = await open(dir);
+    const b = await open(dir);
+    const g = await a.tryAcquire({ key: 'deep', owner: 'o', ttlMs: 60_000 });
+    if (!g.ok) throw new Error('expected a grant');
+    const woken = nextWake(b, 'deep');
+    await a.release('deep', g.lease.leaseId);
+    await woken;
+  });
+
   it('refuses, in one line, a directory that holds the older PGlite store', async () => {
     const dir = await tempDir();
     mkdirSync(join(dir, 'pgdata'));

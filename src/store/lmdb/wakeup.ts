@@ -23,8 +23,11 @@
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, unlinkSync } from 'node:fs';
 import net from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
+/** The longest Unix socket path that works everywhere (Linux allows 107 bytes, macOS 103). */
+const MAX_SOCKET_PATH = 100;
 /** How long start() waits for a peer to acknowledge (a paused peer must not block a start). */
 const ACK_TIMEOUT_MS = 2000;
 /** A peer with this much unsent data gets "wake everything" once it drains, instead of more keys. */
@@ -81,7 +84,11 @@ export class WakeMesh {
     const wakeDir = join(dir, 'wake');
     mkdirSync(wakeDir, { recursive: true });
     const id = `${process.pid}-${randomBytes(4).toString('hex')}`;
-    const path = join(wakeDir, `${id}.sock`);
+    // Unix socket paths are limited to 107 bytes (Linux): a deep directory's socket goes to
+    // the temporary directory instead; peers find it by the path registered.
+    const local = join(wakeDir, `${id}.sock`);
+    const path =
+      Buffer.byteLength(local) <= MAX_SOCKET_PATH ? local : join(tmpdir(), `fencegate-wake-${id}.sock`);
     const server = net.createServer();
     const mesh = new WakeMesh(server, id, path, registry, deliver);
     server.on('connection', (s) => {
