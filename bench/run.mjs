@@ -230,13 +230,17 @@ routes:
 
   // Embedded store: unfenced route and fenced writes.
   const embedded = await fencegate(join(tmp, 'embedded'), policyDir);
+  await sleep(1000);
+  const embeddedIdleKiB = await rssKiB(embedded.child.pid);
   say(`fencegate unfenced route …`);
   await run(embedded.data, { base: 'open', seconds: 2 });
   results.push(summarize('fencegate, unfenced route', await run(embedded.data, { base: 'open' })));
   say(`fencegate fenced, embedded …`);
   let tokens = await acquireTokens(embedded.control, 'order');
   await run(embedded.data, { tokens, seconds: 2 });
-  results.push(summarize('fencegate fenced, embedded store', await run(embedded.data, { tokens })));
+  const embeddedResult = summarize('fencegate fenced, embedded store', await run(embedded.data, { tokens }));
+  results.push(embeddedResult);
+  const embeddedLoadKiB = await rssKiB(embedded.child.pid);
   await stop(embedded.child);
 
   // Postgres store, a throwaway schema on the shared server.
@@ -363,7 +367,10 @@ row after a 2 s warm-up. "bad" counts non-2xx answers, errors and timeouts.
 ${rows.join('\n')}
 
 Goals: fenced writes on Redis ≥ 0.85× the bare proxy → **${ratio(redisResult.rps, bareResult.rps)}×**;
-unfenced route ≥ 0.95× → **${ratio(results[2].rps, bareResult.rps)}×**.
+unfenced route ≥ 0.95× → **${ratio(results[2].rps, bareResult.rps)}×**;
+fenced writes on the embedded store ≥ 0.5× the Redis store → **${ratio(embeddedResult.rps, redisResult.rps)}×**
+(rows far apart in time: \`node bench/embedded.mjs\` interleaves the two); the embedded store's
+process resident at idle / after its runs ≤ 150 MB → **${(embeddedIdleKiB / 1024).toFixed(1)} / ${(embeddedLoadKiB / 1024).toFixed(1)} MiB**.
 
 ## \`kind: postgres\`: fenced row writes vs raw \`UPDATE … WHERE id = $1\`
 

@@ -145,12 +145,22 @@ export class LmdbStore implements Store {
     if (this.closing) throw new StoreUnavailableError(`embedded store ${this.root}: store is closed`);
   }
 
-  /** One write transaction (committed and synced when it resolves); wakes `notify` keys after. */
+  /**
+   * One write transaction (committed and synced when it resolves); wakes `notify` keys
+   * after. The callbacks of one event-loop turn share LMDB's transaction, and lmdb commits
+   * what a callback wrote even if it then throws: so each runs in a child transaction,
+   * which a throw rolls back alone.
+   */
   private async write<R>(fn: (now: number) => locks.Outcome<R>): Promise<R> {
     this.assertOpen();
-    let out: locks.Outcome<R>;
+    let out: locks.Outcome<R> | undefined;
     try {
-      out = await this.t.root.transaction(() => fn(nowMs()));
+      await this.t.root.transaction(() => {
+        void this.t.root.childTransaction(() => {
+          out = fn(nowMs());
+        });
+      });
+      if (out === undefined) throw new Error('embedded store: a write transaction ended without its result');
     } catch (err) {
       if (err instanceof RangeError) throw err;
       throw failure(err, `embedded store ${this.root}`);
