@@ -151,6 +151,21 @@ describe('embedded store', { timeout: 90_000 }, () => {
     await woken;
   });
 
+  it('pages the lock list in UTF-8 byte order, where it differs from JS string order', async () => {
+    const store = await open(await tempDir());
+    // U+E000 sorts after U+1F600 in JS (UTF-16 units) but before it in bytes (EE… < F0…).
+    const keys = ['p:\uE000', 'p:\u{1F600}', 'p:a'];
+    for (const key of keys) await store.tryAcquire({ key, owner: 'o', ttlMs: 60_000 });
+    const seen: string[] = [];
+    let after: string | null = null;
+    do {
+      const page = await store.listLocks({ limit: 1, prefix: 'p:', after });
+      seen.push(...page.locks.map((l) => l.key));
+      after = page.next;
+    } while (after !== null && seen.length < 10);
+    expect(seen).toEqual(['p:a', 'p:\uE000', 'p:\u{1F600}']);
+  });
+
   it('refuses, in one line, a directory that holds the older PGlite store', async () => {
     const dir = await tempDir();
     mkdirSync(join(dir, 'pgdata'));

@@ -235,10 +235,13 @@ export function listLocks(t: Tables, query: ListLocksQuery, now: number): LockPa
   const locks: LockState[] = [];
   let next: string | null = null;
   if (n > 0) {
-    const start = query.after !== null && query.after > query.prefix ? query.after : query.prefix;
+    // Byte order (as LMDB sorts), not JS string order: they differ above U+FFFF.
+    const afterPrefix =
+      query.after !== null && Buffer.compare(Buffer.from(query.after), Buffer.from(query.prefix)) > 0;
+    const start = afterPrefix && query.after !== null ? query.after : query.prefix;
     for (const { key, value } of t.locks.getRange({ start })) {
       if (!key.startsWith(query.prefix)) break;
-      if (query.after !== null && key <= query.after) continue;
+      if (key === query.after) continue; // the range starts at it
       const s = lockState(t, key, value, now);
       if (s === null || (!s.held && s.waiters === 0)) continue;
       if (locks.length === n) {
