@@ -83,6 +83,13 @@ async function rssMiB(pid) {
   return Number(/VmRSS:\s+(\d+)/.exec(s)[1]) / 1024;
 }
 
+/** Resident memory split: anonymous (JS heap, buffers), file-backed (code, LMDB's map), shared memory. */
+async function rssSplit(pid) {
+  const s = await readFile(`/proc/${pid}/status`, 'utf8');
+  const f = (name) => (Number(new RegExp(`${name}:\\s+(\\d+)`).exec(s)?.[1] ?? 0) / 1024).toFixed(1);
+  return `anon ${f('RssAnon')}, file ${f('RssFile')}, shmem ${f('RssShmem')} MiB`;
+}
+
 async function acquireTokens(control) {
   const tokens = [];
   for (let i = 0; i < LOCKS; i++) {
@@ -157,7 +164,7 @@ routes:
   say(`first start on an empty directory: ${Math.round(embedded.startMs)} ms`);
   await sleep(2000);
   const idle = await rssMiB(embedded.child.pid);
-  say(`embedded, idle: ${idle.toFixed(1)} MiB resident`);
+  say(`embedded, idle: ${idle.toFixed(1)} MiB resident (${await rssSplit(embedded.child.pid)})`);
   const redis = await fencegate(`redis://127.0.0.1:${redisPort}`, policyDir);
   say(`the same start on the Redis store, for comparison: ${Math.round(redis.startMs)} ms`);
   const stores = [
@@ -177,7 +184,10 @@ routes:
   const [e, r] = stores;
   const ratios = e.rps.map((x, i) => x / r.rps[i]);
   await sleep(2000);
-  say(`embedded, idle after the runs: ${(await rssMiB(embedded.child.pid)).toFixed(1)} MiB resident`);
+  say(
+    `embedded, idle after the runs: ${(await rssMiB(embedded.child.pid)).toFixed(1)} MiB resident ` +
+      `(${await rssSplit(embedded.child.pid)}); redis-store process: ${await rssSplit(redis.child.pid)}`,
+  );
   say(`embedded/redis per round: ${ratios.map((x) => x.toFixed(2)).join(', ')}`);
   say(
     `embedded under load, highest: ${Math.max(...e.rss).toFixed(1)} MiB; redis process: ${Math.max(...r.rss).toFixed(1)} MiB`,
