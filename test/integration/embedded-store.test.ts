@@ -166,6 +166,20 @@ describe('embedded store', { timeout: 90_000 }, () => {
     expect(seen).toEqual(['p:a', 'p:\uE000', 'p:\u{1F600}']);
   });
 
+  it('keeps namespaces of one directory apart', async () => {
+    const dir = await tempDir();
+    const a = await openEmbeddedStore(dir, { namespace: 'team-a' });
+    cleanups.push(() => a.close());
+    const b = await openEmbeddedStore(dir, { namespace: 'team_b' });
+    cleanups.push(() => b.close());
+    const g = await a.tryAcquire({ key: 'shared-name', owner: 'o', ttlMs: 60_000 });
+    expect(g.ok).toBe(true);
+    expect(await b.inspect('shared-name')).toBeNull();
+    expect(await b.tryAcquire({ key: 'shared-name', owner: 'o', ttlMs: 60_000 })).toMatchObject({ ok: true });
+    expect((await a.health()).epoch?.id).not.toBe((await b.health()).epoch?.id);
+    await expect(openEmbeddedStore(dir, { namespace: 'pg_x' })).rejects.toThrow(/namespace/);
+  });
+
   it('refuses, in one line, a directory that holds the older PGlite store', async () => {
     const dir = await tempDir();
     mkdirSync(join(dir, 'pgdata'));
