@@ -313,6 +313,8 @@ routes:
 
   // Embedded store: unfenced route and fenced writes.
   const embedded = await fencegate(join(tmp, 'embedded'), policyDir);
+  await sleep(1000);
+  const embeddedIdleKiB = await rssKiB(embedded.child.pid);
   say(`fencegate unfenced route …`);
   await run(embedded.data, { base: 'open', seconds: 2 });
   results.push(
@@ -324,12 +326,12 @@ routes:
   say(`fencegate fenced, embedded …`);
   let tokens = await acquireTokens(embedded.control, 'order');
   await run(embedded.data, { tokens, seconds: 2 });
-  results.push(
-    summarize(
-      'fencegate fenced, embedded store',
-      await cpuOf(embedded.child.pid, null, { run: () => run(embedded.data, { tokens }) }),
-    ),
+  const embeddedResult = summarize(
+    'fencegate fenced, embedded store',
+    await cpuOf(embedded.child.pid, null, { run: () => run(embedded.data, { tokens }) }),
   );
+  results.push(embeddedResult);
+  const embeddedLoadKiB = await rssKiB(embedded.child.pid);
   await stop(embedded.child);
 
   // Postgres store, a throwaway schema on the shared server.
@@ -530,6 +532,9 @@ unfenced route ≥ 1.0× → **${ratio(results[2].rps, bareResult.rps)}×** (on 
 with \`--workers 2\` (two gateway processes sharing the data port, on the same 2 cores as the
 load generator, upstream and store) → **${ratio(workersResult.rps, bareResult.rps)}×**
 (${ratio(workersResult.rps, redisResult.rps)}× one worker).
+Fenced writes on the embedded store ≥ 0.5× the Redis store → **${ratio(embeddedResult.rps, redisResult.rps)}×**
+(rows far apart in time: \`node bench/embedded.mjs\` interleaves the two); the embedded store's
+process resident at idle / after its runs ≤ 150 MB → **${(embeddedIdleKiB / 1024).toFixed(1)} / ${(embeddedLoadKiB / 1024).toFixed(1)} MiB**.
 
 ### CPU per request, per process
 

@@ -42,8 +42,7 @@ serve options (environment variable in brackets):
   --policies DIR|FILE                  policy YAML [FENCEGATE_POLICIES] (default ./policies)
   --config FILE                        YAML file with any of these settings
   --workers N|auto                     processes sharing the data listener and the store; 1 runs one process
-                                       [FENCEGATE_WORKERS] (default auto: the CPUs available; always 1 on the
-                                       embedded store, which one process opens)
+                                       [FENCEGATE_WORKERS] (default auto: the CPUs available)
   --sample HOST:PORT                   also run the sample "orders" upstream (for the demo) [FENCEGATE_SAMPLE]
   --allow-volatile-redis               start on a Redis without AOF appendfsync always (unsafe) [FENCEGATE_ALLOW_VOLATILE_REDIS]
   --store-timeout-ms N                 a fenced write whose store call takes longer gets 503 [FENCEGATE_STORE_TIMEOUT_MS] (default 2000)
@@ -198,12 +197,11 @@ async function serve(args: string[]): Promise<number> {
 
   const { createLogger, defaultLogFormat, lifecycleLogger } = await import('./observe/log.js');
   const root = createLogger({ level: config.logLevel, format: config.logFormat ?? defaultLogFormat() });
-  const { workerPlan } = await import('./workers/plan.js');
-  const plan = workerPlan(config);
+  const { workerCount } = await import('./workers/plan.js');
+  const workers = workerCount(config);
   // With workers, every line says which process wrote it: 0 for the primary, 1…N for the workers.
-  const logger = plan.count > 1 ? root.child({ worker: 0 }) : root;
+  const logger = workers > 1 ? root.child({ worker: 0 }) : root;
   const lifecycle = lifecycleLogger(logger);
-  if (plan.note !== null) (plan.explicit ? lifecycle.warn : lifecycle.info).call(lifecycle, plan.note);
   let server: {
     data: string;
     control: string;
@@ -214,7 +212,7 @@ async function serve(args: string[]): Promise<number> {
   };
   try {
     server =
-      plan.count > 1 ? await startWithWorkers(config, logger, plan.count) : await startSingle(config, logger);
+      workers > 1 ? await startWithWorkers(config, logger, workers) : await startSingle(config, logger);
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
     lifecycle.fatal({ err }, `could not start: ${message}`);

@@ -21,18 +21,6 @@ export function storeKindOf(spec: string): 'redis' | 'postgres' | 'embedded' | n
   return 'embedded';
 }
 
-/**
- * Whether several processes may open a store of this kind at once, as `serve --workers`
- * needs (docs/adr/0008-workers.md). Redis and Postgres are shared by any number of
- * gateway processes already. The embedded store is opened by one process only (its
- * directory lock, sql/dir-lock.ts, refuses a second opener), so on it `serve` runs one
- * process whatever --workers says. This is the one place to change when the embedded
- * store becomes safe for several processes.
- */
-export function storeShareable(kind: 'redis' | 'postgres' | 'embedded'): boolean {
-  return kind !== 'embedded';
-}
-
 /** Why `spec` names no store fencegate knows, or null when it does. */
 export function checkStoreSpec(spec: string): string | null {
   if (spec.trim() === '') return 'the store must not be empty';
@@ -62,7 +50,7 @@ export async function openStore(spec: string, options: StoreOptions = {}): Promi
       return openPostgresStore(spec, options);
     }
     case 'embedded': {
-      const { openEmbeddedStore } = await import('./sql/store.js');
+      const { openEmbeddedStore } = await import('./lmdb/store.js');
       return openEmbeddedStore(spec, options);
     }
   }

@@ -1,5 +1,5 @@
 /**
- * kill -9 of a process using the embedded (PGlite) store, at random moments in
+ * kill -9 of a process using the embedded (LMDB) store, at random moments in
  * the middle of its writes: every grant it acknowledged survives, no token is
  * ever minted twice, the fence never moves back, and the directory reopens (the
  * dead process's LOCK is taken over). Runs the built code in child processes:
@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 
 const CHILD = fileURLToPath(new URL('../helpers/sql-kill9-child.mjs', import.meta.url));
-const BUILT = fileURLToPath(new URL('../../dist/store/sql/store.js', import.meta.url));
+const BUILT = fileURLToPath(new URL('../../dist/store/lmdb/store.js', import.meta.url));
 const ROUNDS = 6;
 
 interface Line {

@@ -1,6 +1,6 @@
 /**
  * kill -9 a gateway mid-load. Two `fencegate serve` processes share one store (Redis,
- * Postgres); the workload is split across both; one is SIGKILLed while writes are in
+ * Postgres, an embedded directory); the workload is split across both; one is SIGKILLed while writes are in
  * flight through it, restarted (new ports), and the workload goes on through it. Writes
  * that were in flight to the killed gateway get connection errors and are recorded as
  * 'error' (indeterminate: they may or may not have been applied).
@@ -10,8 +10,7 @@
  * lock (higher token) is held at the drain barrier — 503 fence-unavailable while the
  * orphan still counts — and gets through once the orphan's entry reaches its deadline
  * (drain timeout + upstream timeout + 2 s, docs/gateway.md), never before the orphan was
- * applied. The embedded store allows one process only: there the single gateway is
- * killed and restarted on the same directory.
+ * applied.
  *
  * Every run ends with the history checker: acknowledged writes applied, no stale
  * owner's write applied after a newer one.

@@ -154,40 +154,34 @@ describe.each(KINDS)('queue wake-up (%s store)', (kind) => {
     }
   }, 120_000);
 
-  // Needs a second issuer process on the same store: not defined for the embedded store,
-  // which one process owns (its directory lock refuses a second one).
-  const shared = kind === 'embedded' ? null : it;
-  shared?.(
-    'an issuer killed with queued waiters stops blocking the lock within seconds',
-    async () => {
-      const s = store as FaultStore;
-      const control = (server as FencegateProcess).control;
-      second = await startFencegate([...s.args, '--policies', 'test/fixtures/empty-policy.yaml']);
-      const tag = randomBytes(3).toString('hex');
-      const lock = `deadissuer:${tag}`;
-      const path = `/v1/locks/${encodeURIComponent(lock)}/acquire`;
-      const h = await post(control, path, { owner: 'H', ttlMs: 1000 });
-      expect(h.status).toBe(200);
-      const waiting = [0, 1, 2].map((i) =>
-        post(second!.control, path, { owner: `q${i}`, ttlMs: 1000, waitMs: 60_000 }).catch(() => null),
-      );
-      await until(async () => (await inspect(control, lock)).waiters === 3, 'three waiters queued');
-      await second.kill('SIGKILL');
-      await Promise.all(waiting);
+  // A second issuer process on the same store (for the embedded store: the same directory).
+  it('an issuer killed with queued waiters stops blocking the lock within seconds', async () => {
+    const s = store as FaultStore;
+    const control = (server as FencegateProcess).control;
+    second = await startFencegate([...s.args, '--policies', 'test/fixtures/empty-policy.yaml']);
+    const tag = randomBytes(3).toString('hex');
+    const lock = `deadissuer:${tag}`;
+    const path = `/v1/locks/${encodeURIComponent(lock)}/acquire`;
+    const h = await post(control, path, { owner: 'H', ttlMs: 1000 });
+    expect(h.status).toBe(200);
+    const waiting = [0, 1, 2].map((i) =>
+      post(second!.control, path, { owner: `q${i}`, ttlMs: 1000, waitMs: 60_000 }).catch(() => null),
+    );
+    await until(async () => (await inspect(control, lock)).waiters === 3, 'three waiters queued');
+    await second.kill('SIGKILL');
+    await Promise.all(waiting);
 
-      // While the dead issuer's entries still count, the refusal says what is happening.
-      await until(async () => !(await inspect(control, lock)).held, 'the holder lease expired');
-      const now = await post(control, path, { owner: 'late', ttlMs: 1000 });
-      if (now.status === 409) {
-        expect(now.json).toMatchObject({ type: 'urn:fencegate:lock-held', blockedBy: 'queue' });
-        expect(String(now.json.detail)).toContain('free');
-      }
-      // And the lock is granted once those entries lapse: seconds, not the 60 s waitMs.
-      const started = Date.now();
-      const next = await post(control, path, { owner: 'next', ttlMs: 1000, waitMs: 20_000 });
-      expect(next.status).toBe(200);
-      expect(Date.now() - started).toBeLessThan(10_000);
-    },
-    60_000,
-  );
+    // While the dead issuer's entries still count, the refusal says what is happening.
+    await until(async () => !(await inspect(control, lock)).held, 'the holder lease expired');
+    const now = await post(control, path, { owner: 'late', ttlMs: 1000 });
+    if (now.status === 409) {
+      expect(now.json).toMatchObject({ type: 'urn:fencegate:lock-held', blockedBy: 'queue' });
+      expect(String(now.json.detail)).toContain('free');
+    }
+    // And the lock is granted once those entries lapse: seconds, not the 60 s waitMs.
+    const started = Date.now();
+    const next = await post(control, path, { owner: 'next', ttlMs: 1000, waitMs: 20_000 });
+    expect(next.status).toBe(200);
+    expect(Date.now() - started).toBeLessThan(10_000);
+  }, 60_000);
 });

@@ -1,6 +1,6 @@
 /**
  * The stores gateway integration tests run on: the in-memory reference store and
- * the real backends (Redis, embedded PGlite, Postgres). FENCEGATE_GATEWAY_STORES
+ * the real backends (Redis, embedded LMDB, Postgres). FENCEGATE_GATEWAY_STORES
  * selects (comma-separated; default: all). A selected store that cannot be opened fails
  * the tests; it is never skipped.
  */
@@ -40,7 +40,7 @@ const ALL: GatewayStoreFactory[] = [
   },
   { name: 'redis', open: () => openTestRedisStore() },
   {
-    // PGlite takes seconds to open: one store per test file, one key prefix per test.
+    // One store per test file, one key prefix per test.
     name: 'embedded',
     async open() {
       shared ??= embeddedFixture();

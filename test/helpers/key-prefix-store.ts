@@ -1,7 +1,6 @@
 /**
  * A view of a Store in which every lock key is silently prefixed, so tests can share
- * one slow-to-open backend (the embedded PGlite store) without seeing each other's
- * locks and fences. Keys in results are mapped back.
+ * one backend without seeing each other's locks and fences. Keys in results are mapped back.
  */
 import type { LockState, Store } from '../../src/store/types.js';
 

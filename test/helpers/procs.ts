@@ -66,8 +66,8 @@ export interface FencegateProcess {
 
 /**
  * Runs `fencegate serve` from the build (npm test builds first) with port-0 listeners.
- * The start-up allowance is long: on a loaded 2-core machine a new embedded store
- * (PGlite's initdb in WASM) alone can take tens of seconds.
+ * The start-up allowance is long: on a loaded 2-core machine (load average 20 seen)
+ * even a plain start can take seconds.
  *
  * One process unless the test says otherwise (`--workers N` in `args`, or
  * FENCEGATE_WORKERS in `env`): a FencegateProcess stands for one gateway process, whose

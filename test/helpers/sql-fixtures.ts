@@ -1,14 +1,15 @@
 /**
- * Fixtures for the SQL store tests: a Postgres store on a random schema of the
+ * Fixtures for the store behaviour tests: a Postgres store on a random schema of the
  * shared test database (dropped after, never touching other schemas), and an
- * embedded store in a fresh temporary directory.
+ * embedded (LMDB) store in a fresh temporary directory.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { openEmbeddedStore, openPostgresStore } from '../../src/store/sql/store.js';
+import { openEmbeddedStore } from '../../src/store/lmdb/store.js';
+import { openPostgresStore } from '../../src/store/sql/store.js';
 import type { Store } from '../../src/store/types.js';
 
 export const PG_URL = process.env.FENCEGATE_TEST_POSTGRES ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -36,7 +37,7 @@ export async function dropSchema(url: string, schema: string): Promise<void> {
 export interface SqlFixture {
   name: 'postgres' | 'embedded';
   store: Store;
-  /** Opens a second store on the same data (Postgres only: embedded allows one opener). */
+  /** Opens a second store on the same data. */
   openAnother?: () => Promise<Store>;
   close(): Promise<void>;
 }
@@ -63,12 +64,18 @@ export async function postgresFixture(): Promise<SqlFixture & { schema: string }
 
 export async function embeddedFixture(): Promise<SqlFixture & { dir: string }> {
   const dir = await mkdtemp(join(tmpdir(), 'fg-sql-'));
+  const others: Store[] = [];
   const f = {
     name: 'embedded' as const,
     dir,
     store: await openEmbeddedStore(dir),
+    async openAnother() {
+      const s = await openEmbeddedStore(dir);
+      others.push(s);
+      return s;
+    },
     async close() {
-      await f.store.close();
+      await Promise.all([f.store, ...others].map((s) => s.close()));
       await rm(dir, { recursive: true, force: true });
     },
   };

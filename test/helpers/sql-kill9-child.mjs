@@ -7,7 +7,7 @@
 //   prints {"event":"open","state":…}        the lock as found after (re)opening
 //          {"event":"replay",…}              replay of LAST_REQUEST_ID, if given
 //          {"event":"grant","token",…}       then, forever: grant → admitted → released
-import { openEmbeddedStore } from '../../dist/store/sql/store.js';
+import { openEmbeddedStore } from '../../dist/store/lmdb/store.js';
 
 const [dir, lastRequestId] = process.argv.slice(2);
 if (!dir) throw new Error('usage: sql-kill9-child.mjs DIR [LAST_REQUEST_ID]');

@@ -1,18 +1,13 @@
 /**
- * Test-only access to the SQL stores' data, bypassing the store: puts a key's
+ * Test-only access to the Postgres store's data, bypassing the store: puts a key's
  * issued counter where grants alone would take ages to reach (above 2^53, next to
- * 2^63-1). Nothing test-only lives in production code: Postgres is reached with
- * its own client; an embedded directory (one process, one opener) is seeded by
- * closing the store, opening PGlite on the directory directly, and reopening.
+ * 2^63-1). Nothing test-only lives in production code: Postgres is reached with its
+ * own client. (The embedded store's counterpart is embedded-seed.ts.)
  *
  * The key's floor is kept when its row exists, else set to 0 (as redis-seed.ts),
  * so the next grant mints max(token, global epoch floor) + 1.
  */
-import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
-import { join } from 'node:path';
-import { DEFAULT_NAMESPACE, EMBEDDED_DATA_DIR, openEmbeddedStore } from '../../src/store/sql/store.js';
-import type { Store } from '../../src/store/types.js';
 import { formatToken } from '../../src/tokens.js';
 
 function seedSql(schema: string): string {
@@ -36,45 +31,4 @@ export async function seedPostgresIssued(
   } finally {
     await c.end();
   }
-}
-
-/** Seeds a closed embedded store directory. */
-export async function seedEmbeddedDir(
-  dir: string,
-  key: string,
-  token: bigint,
-  namespace = DEFAULT_NAMESPACE,
-): Promise<void> {
-  const db = await PGlite.create(join(dir, EMBEDDED_DATA_DIR));
-  try {
-    await db.query(seedSql(namespace), [key, formatToken(token)]);
-  } finally {
-    await db.close();
-  }
-}
-
-/**
- * Closes `store` (opened on `dir`), seeds the directory, and returns the store
- * reopened on it. Use the returned store from then on.
- */
-export async function seedEmbeddedIssued(
-  store: Store,
-  dir: string,
-  key: string,
-  token: bigint,
-  namespace = DEFAULT_NAMESPACE,
-): Promise<Store> {
-  await store.close();
-  await seedEmbeddedDir(dir, key, token, namespace);
-  return openEmbeddedStore(dir, { namespace });
-}
-
-export type SqlTarget =
-  { kind: 'postgres'; url: string; schema: string } | { kind: 'embedded'; dir: string; namespace?: string };
-
-/** Either of the above for a closed embedded directory or a Postgres schema. */
-export function seedSqlIssued(target: SqlTarget, key: string, token: bigint): Promise<void> {
-  return target.kind === 'postgres'
-    ? seedPostgresIssued(target.url, target.schema, key, token)
-    : seedEmbeddedDir(target.dir, key, token, target.namespace);
 }

@@ -13,7 +13,7 @@ export const REDIS_URL = process.env.FENCEGATE_TEST_REDIS ?? 'redis://127.0.0.1:
 export const POSTGRES_URL = process.env.FENCEGATE_TEST_POSTGRES ?? 'postgres://postgres@127.0.0.1:5432/test';
 
 export interface Harness {
-  /** The open store (may be replaced by seedIssued for the embedded store, which reopens). */
+  /** The open store. */
   store: Store;
   /** Test-only: set the highest issued token of a key directly in the backend. */
   seedIssued(key: string, token: bigint): Promise<void>;
@@ -56,15 +56,13 @@ export const STORE_FIXTURES: StoreFixture[] = [
   {
     name: 'embedded',
     async open() {
-      const { openEmbeddedStore } = await import('../../src/store/sql/store.js');
-      const { seedEmbeddedIssued } = await import('./sql-seed.js');
+      const { openEmbeddedStore } = await import('../../src/store/lmdb/store.js');
+      const { seedEmbeddedIssued } = await import('./embedded-seed.js');
       const { freshEmbeddedDir } = await import('./embedded-template.js');
       const dir = await freshEmbeddedDir();
       const h: Harness = {
         store: await openEmbeddedStore(dir),
-        async seedIssued(key, token) {
-          h.store = await seedEmbeddedIssued(h.store, dir, key, token);
-        },
+        seedIssued: (key, token) => seedEmbeddedIssued(dir, key, token),
         async close() {
           await h.store.close();
           await rm(dir, { recursive: true, force: true });

@@ -1,6 +1,6 @@
 /**
- * The Store semantics of src/store/types.ts on both SQL backends (real Postgres,
- * real PGlite). One store per backend for the file, a fresh key per test.
+ * The Store semantics of src/store/types.ts on real Postgres and the real embedded
+ * (LMDB) store. One store per backend for the file, a fresh key per test.
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

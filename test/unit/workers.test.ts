@@ -8,7 +8,7 @@ import { ConfigError, DEFAULTS, resolveConfig } from '../../src/config.js';
 import { createMetrics } from '../../src/observe/metrics.js';
 import { worstBreakers } from '../../src/workers/breakers.js';
 import { aggregateMetrics, retire, type MetricsSnapshot } from '../../src/workers/metrics.js';
-import { workerPlan } from '../../src/workers/plan.js';
+import { workerCount } from '../../src/workers/plan.js';
 
 /** The value of one series in Prometheus text, or undefined. */
 function value(text: string, series: string): number | undefined {
@@ -34,32 +34,10 @@ describe('serve --workers: the setting', () => {
     );
   });
 
-  it('runs the CPUs available by default, the number asked otherwise, on Redis and Postgres', () => {
-    for (const store of ['redis://127.0.0.1:6379', 'postgres://x@db/fg']) {
-      expect(workerPlan({ store, workers: null })).toEqual({
-        count: availableParallelism(),
-        note: null,
-        explicit: false,
-      });
-      expect(workerPlan({ store, workers: 3 })).toEqual({ count: 3, note: null, explicit: true });
-      expect(workerPlan({ store, workers: 1 }).count).toBe(1);
-    }
-  });
-
-  it('runs one process on the embedded store, and says why (a warning when more were asked for)', () => {
-    const asked = workerPlan({ store: './.fencegate', workers: 4 });
-    expect(asked).toMatchObject({ count: 1, explicit: true });
-    expect(asked.note).toMatch(
-      /^workers: 1 \(asked for 4\): the embedded store is opened by one process only/,
-    );
-    const auto = workerPlan({ store: './.fencegate', workers: null });
-    expect(auto.count).toBe(1);
-    expect(auto.note === null).toBe(availableParallelism() === 1);
-    expect(workerPlan({ store: './.fencegate', workers: 1 })).toEqual({
-      count: 1,
-      note: null,
-      explicit: true,
-    });
+  it('runs the CPUs available by default, the number asked otherwise, on every store', () => {
+    expect(workerCount({ workers: null })).toBe(availableParallelism());
+    expect(workerCount({ workers: 3 })).toBe(3);
+    expect(workerCount({ workers: 1 })).toBe(1);
   });
 });
 

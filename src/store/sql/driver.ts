@@ -1,8 +1,8 @@
 /**
- * The small driver abstraction shared by the Postgres (`pg`) and embedded (PGlite)
- * stores: run one parameterised statement, run several statements in a
- * transaction, and LISTEN on one channel. Everything above this layer is the same
- * SQL for both drivers.
+ * The small driver abstraction under the SQL store (`pg`; it also carried the
+ * PGlite embedded store until docs/adr/0009-embedded-store.md): run one
+ * parameterised statement, run several statements in a transaction, and LISTEN on
+ * one channel.
  *
  * Every failure that comes out of a driver is a StoreUnavailableError (with the
  * driver's error as `cause`): expected outcomes never reach this layer as errors.

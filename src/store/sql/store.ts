@@ -1,24 +1,17 @@
 /**
- * Entry points of the SQL stores:
- * - openPostgresStore(url): a Postgres server, shared by many fencegate processes;
- * - openEmbeddedStore(dir): PGlite in a local directory, one process at a time.
- * Both create their schema (namespace, default "fencegate") if missing, safely
- * when several processes start at once, and then speak the same SQL.
+ * Entry point of the SQL store: openPostgresStore(url), a Postgres server shared by
+ * many fencegate processes. It creates its schema (namespace, default "fencegate") if
+ * missing, safely when several processes start at once. (The embedded store is
+ * src/store/lmdb/: docs/adr/0009-embedded-store.md.)
  */
-import { mkdirSync } from 'node:fs';
-import { join, resolve } from 'node:path';
 import { StoreUnavailableError } from '../../errors.js';
 import type { Store, StoreOptions } from '../types.js';
-import { lockDirectory } from './dir-lock.js';
-import { checkNamespace, errorCode, type SqlDriver } from './driver.js';
+import { checkNamespace, type SqlDriver } from './driver.js';
 import { PgDriver } from './pg-driver.js';
-import { PgliteDriver } from './pglite-driver.js';
 import { queriesFor, schemaSql, SCHEMA_VERSION, type DurabilityRow } from './queries.js';
 import { SqlStore } from './sql-store.js';
 
 export const DEFAULT_NAMESPACE = 'fencegate';
-/** Where PGlite keeps its data inside an embedded store directory (next to LOCK). */
-export const EMBEDDED_DATA_DIR = 'pgdata';
 
 /** Creates or checks the schema in one transaction, serialised across processes by an advisory lock. */
 async function initSchema(driver: SqlDriver, namespace: string): Promise<void> {
@@ -70,33 +63,4 @@ async function durabilityNote(driver: SqlDriver, namespace: string): Promise<str
   return risks.length > 0
     ? `NOT crash-safe: ${risks.join(', ')} (an acknowledged grant can be lost and its token reissued)`
     : `fsync on, synchronous_commit ${r.synchronous_commit}`;
-}
-
-export async function openEmbeddedStore(dir: string, opts: StoreOptions = {}): Promise<Store> {
-  const namespace = checkNamespace(opts.namespace ?? DEFAULT_NAMESPACE);
-  const root = resolve(dir);
-  try {
-    mkdirSync(root, { recursive: true });
-  } catch (err) {
-    throw new StoreUnavailableError(
-      `cannot create embedded store directory ${root}: ${errorCode(err) ?? 'error'}`,
-      {
-        cause: err,
-      },
-    );
-  }
-  const lock = lockDirectory(root);
-  let driver: PgliteDriver | null = null;
-  try {
-    driver = await PgliteDriver.open(join(root, EMBEDDED_DATA_DIR), `embedded store ${root}`);
-    await initSchema(driver, namespace);
-  } catch (err) {
-    await driver?.close().catch(() => undefined);
-    lock.release();
-    throw openFailure(err, `the embedded store in ${root}`);
-  }
-  const durability = driver.synced
-    ? 'fsync on every commit'
-    : 'fsync unavailable: survives process crashes, not power loss';
-  return new SqlStore(driver, { namespace, detail: durability, onClose: () => lock.release() });
 }

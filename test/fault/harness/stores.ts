@@ -5,7 +5,7 @@
  * - redis: the shared redis://127.0.0.1:6379 (no AOF, so --allow-volatile-redis) under a
  *   random key prefix, deleted after; or a private durable redis-server (startRedis).
  * - postgres: the shared test database under a random schema, dropped after.
- * - embedded: a fresh directory (only one process may open it), removed after.
+ * - embedded: a fresh directory (several processes may share it), removed after.
  */
 import { randomBytes } from 'node:crypto';
 import { rm } from 'node:fs/promises';
@@ -67,7 +67,7 @@ export async function openFaultStore(kind: StoreKind): Promise<FaultStore> {
       const dir = await tempDir('fg-fault-');
       return {
         kind,
-        shared: false,
+        shared: true,
         args: ['--store', dir],
         cleanup: () => rm(dir, { recursive: true, force: true }),
       };

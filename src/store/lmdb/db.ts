@@ -1,0 +1,115 @@
+/**
+ * The embedded store's data: one LMDB environment in the store directory
+ * (`fencegate.mdb` and its `-lock` file), opened by every process that uses the
+ * directory. LMDB serialises writers across processes with a robust mutex in the
+ * lock file (a writer killed mid-transaction releases it and its transaction is
+ * rolled back), and readers never wait (MVCC snapshots of the memory map).
+ *
+ * Each namespace has its own named databases, `<namespace>/<table>`. Keys are
+ * strings (lock keys sort in UTF-8 byte order, as the other stores list them);
+ * values are msgpack records. Tokens are decimal strings in records and bigint in
+ * code: msgpack would turn a large integer into a double on some paths.
+ *
+ * Durability: every write transaction commits with fdatasync before its promise
+ * resolves (overlappingSync off: the sync happens inside the commit), so an
+ * acknowledged grant survives kill -9 and power loss. See docs/adr/0009-embedded-store.md.
+ */
+import { open, type Database, type RootDatabase } from 'lmdb';
+
+/** The file LMDB keeps its data in, inside the store directory (with `fencegate.mdb-lock`). */
+export const DATA_FILE = 'fencegate.mdb';
+/** Bumped when the records change in a way an older fencegate cannot read. */
+export const FORMAT_VERSION = '1';
+
+export interface LockRec {
+  /** Key floor: store clock × 1000 when the record was created. The first token is above it. */
+  floor: string;
+  /** Highest token minted; null while none was (record made by enqueueWaiter). */
+  issued: string | null;
+  /** Highest token admitted by a gateway; null while none was. */
+  highest: string | null;
+  /** The current lease, live or lapsed; all null when released or never granted. */
+  leaseId: string | null;
+  owner: string | null;
+  token: string | null;
+  ttlMs: number | null;
+  expiresAt: number | null;
+}
+
+/** Idempotency record of a grant: kept until keepUntil (≥ max(ttl, 10 min)). */
+export interface GrantRec {
+  leaseId: string;
+  token: string;
+  ttlMs: number;
+  expiresAt: number;
+  tookOver: boolean;
+  keepUntil: number;
+}
+
+/** One queued waiter; a key's queue is an array in FIFO order. */
+export interface WaiterRec {
+  id: string;
+  deadline: number;
+}
+
+/** A key's in-flight writes: request id → [token, session id]. */
+export type InflightRec = Record<string, [string, string]>;
+
+export interface SessionRec {
+  beat: number;
+  ttlMs: number;
+  startedAt: number;
+}
+
+export interface EpochRec {
+  id: string;
+  floor: string;
+  startedAt: number;
+}
+
+export interface Tables {
+  root: RootDatabase;
+  /** 'format' → FORMAT_VERSION, 'epoch' → EpochRec */
+  meta: Database<unknown, string>;
+  locks: Database<LockRec, string>;
+  /** key [lock key, request id, owner] */
+  grants: Database<GrantRec, [string, string, string]>;
+  /** lock key → the last GRANT_HISTORY grants, newest first: [token, owner][] */
+  owners: Database<[string, string][], string>;
+  waiters: Database<WaiterRec[], string>;
+  inflight: Database<InflightRec, string>;
+  sessions: Database<SessionRec, string>;
+  /** Processes of this directory that take wake-ups: id → pid and socket path (not namespaced). */
+  peers: Database<{ pid: number; path: string }, string>;
+}
+
+/** Named databases per namespace (7) times the namespaces one directory may hold, plus peers. */
+const MAX_DBS = 7 * 16 + 1;
+
+export function openTables(path: string, namespace: string): Tables {
+  const root = open({
+    path,
+    maxDbs: MAX_DBS,
+    // The commit promise resolves after fdatasync (see above), not merely when visible.
+    overlappingSync: false,
+    compression: false,
+  });
+  const named = <V, K extends string | number | string[]>(table: string): Database<V, K> =>
+    root.openDB<V, K>({ name: `${namespace}/${table}` });
+  return {
+    root,
+    meta: named('meta'),
+    locks: named('locks'),
+    grants: named('grants'),
+    owners: named('owners'),
+    waiters: named('waiters'),
+    inflight: named('inflight'),
+    sessions: named('sessions'),
+    peers: root.openDB<{ pid: number; path: string }, string>({ name: 'peers' }),
+  };
+}
+
+/** The store clock: this machine's clock, shared by every process of the directory. */
+export function nowMs(): number {
+  return Date.now();
+}
