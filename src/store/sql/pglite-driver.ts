@@ -120,6 +120,11 @@ export class PgliteDriver implements SqlDriver {
     return this.root.query<R>(text, params);
   }
 
+  /** PGlite runs in this process: there is no parse round trip to save, so a plain query. */
+  prepared<R extends object>(_name: string, text: string, params: readonly SqlValue[]): Promise<R[]> {
+    return this.query<R>(text, params);
+  }
+
   exec(text: string): Promise<void> {
     this.assertOpen();
     return this.root.exec(text);

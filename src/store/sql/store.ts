@@ -17,6 +17,14 @@ import { queriesFor, schemaSql, SCHEMA_VERSION, type DurabilityRow } from './que
 import { SqlStore } from './sql-store.js';
 
 export const DEFAULT_NAMESPACE = 'fencegate';
+
+/**
+ * Fence batches (batcher.ts) in flight at once, and their size limit. Postgres: a
+ * batch that waits for row locks or its commit's WAL flush leaves the next one free
+ * to start. PGlite runs one statement at a time anyway.
+ */
+const POSTGRES_BATCHING = { parallel: 2, maxBatch: 256 };
+const EMBEDDED_BATCHING = { parallel: 1, maxBatch: 256 };
 /** Where PGlite keeps its data inside an embedded store directory (next to LOCK). */
 export const EMBEDDED_DATA_DIR = 'pgdata';
 
@@ -50,7 +58,11 @@ export async function openPostgresStore(url: string, opts: StoreOptions = {}): P
     await driver.close().catch(() => undefined);
     throw openFailure(err, `the Postgres store (schema "${namespace}")`);
   }
-  return new SqlStore(driver, { namespace, detail: await durabilityNote(driver, namespace) });
+  return new SqlStore(driver, {
+    namespace,
+    detail: await durabilityNote(driver, namespace),
+    batching: POSTGRES_BATCHING,
+  });
 }
 
 /**
@@ -98,5 +110,10 @@ export async function openEmbeddedStore(dir: string, opts: StoreOptions = {}): P
   const durability = driver.synced
     ? 'fsync on every commit'
     : 'fsync unavailable: survives process crashes, not power loss';
-  return new SqlStore(driver, { namespace, detail: durability, onClose: () => lock.release() });
+  return new SqlStore(driver, {
+    namespace,
+    detail: durability,
+    onClose: () => lock.release(),
+    batching: EMBEDDED_BATCHING,
+  });
 }
