@@ -39,6 +39,11 @@ export class FenceBatcher {
   private finishes: Waiting<FinishRequest, void>[] = [];
   private running = 0;
   private scheduled = false;
+  /**
+   * A batch that had to leave out a repeat of one of its (lock, requestId): nothing
+   * more is sent until it has run, so the repeat runs after it, as called.
+   */
+  private cut: Promise<void> | null = null;
 
   constructor(
     private readonly run: RunBatch,
@@ -71,7 +76,7 @@ export class FenceBatcher {
    * callbacks of the turn), so requests that arrived together go together.
    */
   private schedule(): void {
-    if (this.scheduled || this.running >= this.opts.parallel) return;
+    if (this.scheduled || this.running >= this.opts.parallel || this.cut !== null) return;
     this.scheduled = true;
     setImmediate(() => {
       this.scheduled = false;
@@ -80,34 +85,39 @@ export class FenceBatcher {
   }
 
   private flush(): void {
-    while (this.running < this.opts.parallel && this.queued > 0) {
+    while (this.running < this.opts.parallel && this.queued > 0 && this.cut === null) {
       const finishes = this.finishes.splice(0, this.opts.maxBatch);
-      const admissions = this.takeAdmissions(this.opts.maxBatch - finishes.length);
+      const { taken, repeat } = this.takeAdmissions(this.opts.maxBatch - finishes.length);
       this.running += 1;
-      this.send(finishes, admissions).finally(() => {
+      const done: Promise<void> = this.send(finishes, taken).finally(() => {
         this.running -= 1;
+        if (this.cut === done) this.cut = null;
         // What queued up while this batch ran goes next: under load, batches grow.
         if (this.queued > 0) this.schedule();
       });
+      if (repeat) this.cut = done;
     }
   }
 
   /**
    * Up to `room` admissions in call order, stopping before one whose (lock, requestId)
-   * is already in the batch (the statement records each entry once; the second goes
-   * in the next batch, after the first, as called).
+   * is already in the batch (`repeat`): the statement records each entry once.
    */
-  private takeAdmissions(room: number): Waiting<AdmitRequest, AdmitResult>[] {
+  private takeAdmissions(room: number): { taken: Waiting<AdmitRequest, AdmitResult>[]; repeat: boolean } {
     let n = 0;
+    let repeat = false;
     const seen = new Set<string>();
     for (const a of this.admissions) {
       if (n >= room) break;
       const id = `${a.req.lock}\u0000${a.req.requestId}`;
-      if (seen.has(id)) break;
+      if (seen.has(id)) {
+        repeat = true;
+        break;
+      }
       seen.add(id);
       n += 1;
     }
-    return this.admissions.splice(0, n);
+    return { taken: this.admissions.splice(0, n), repeat };
   }
 
   private async send(
