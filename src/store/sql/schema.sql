@@ -155,7 +155,9 @@ CREATE OR REPLACE FUNCTION {schema}.fence_batch_v1(
   a_locks text[], a_tokens bigint[], a_lease boolean[], a_ids text[], a_sessions text[],
   a_record boolean[], channel text)
 RETURNS TABLE (ord int, verdict text, highest text, lower_inflight int)
-LANGUAGE plpgsql VOLATILE AS $fn$
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+AS $fn$
 #variable_conflict use_column
 DECLARE
   locked text[];

@@ -58,11 +58,13 @@ export async function openPostgresStore(url: string, opts: StoreOptions = {}): P
     await driver.close().catch(() => undefined);
     throw openFailure(err, `the Postgres store (schema "${namespace}")`);
   }
-  return new SqlStore(driver, {
+  const store = new SqlStore(driver, {
     namespace,
     detail: await durabilityNote(driver, namespace),
     batching: POSTGRES_BATCHING,
   });
+  await store.warm().catch(() => undefined); // an optimisation: a failure shows at the first write
+  return store;
 }
 
 /**
@@ -110,10 +112,12 @@ export async function openEmbeddedStore(dir: string, opts: StoreOptions = {}): P
   const durability = driver.synced
     ? 'fsync on every commit'
     : 'fsync unavailable: survives process crashes, not power loss';
-  return new SqlStore(driver, {
+  const store = new SqlStore(driver, {
     namespace,
     detail: durability,
     onClose: () => lock.release(),
     batching: EMBEDDED_BATCHING,
   });
+  await store.warm().catch(() => undefined); // an optimisation: a failure shows at the first write
+  return store;
 }
