@@ -202,8 +202,8 @@ async function rssKiB(pid) {
 /** Clock ticks per second of /proc/<pid>/stat's utime and stime (USER_HZ; 100 on Linux). */
 const TICK_US = 1e6 / 100;
 
-/** utime + stime of `pid` and every descendant (a gateway may run worker processes), in µs. */
-async function treeCpuUs(pid) {
+/** Every process of /proc with its parent and utime + stime in µs. */
+async function processTable() {
   const stats = new Map();
   for (const name of await readdir('/proc')) {
     if (!/^[0-9]+$/.test(name)) continue;
@@ -213,13 +213,27 @@ async function treeCpuUs(pid) {
     const f = text.slice(text.lastIndexOf(')') + 2).split(' ');
     stats.set(Number(name), { ppid: Number(f[1]), cpu: (Number(f[11]) + Number(f[12])) * TICK_US });
   }
-  let total = 0;
+  return stats;
+}
+
+/** `pid` and every descendant (a gateway may run worker processes). */
+async function treePids(pid, stats = null) {
+  const table = stats ?? (await processTable());
+  const pids = [];
   const todo = [pid];
   while (todo.length > 0) {
     const p = todo.pop();
-    total += stats.get(p)?.cpu ?? 0;
-    for (const [child, s] of stats) if (s.ppid === p) todo.push(child);
+    pids.push(p);
+    for (const [child, s] of table) if (s.ppid === p) todo.push(child);
   }
+  return pids;
+}
+
+/** utime + stime of `pid` and every descendant, in µs. */
+async function treeCpuUs(pid) {
+  const stats = await processTable();
+  let total = 0;
+  for (const p of await treePids(pid, stats)) total += stats.get(p)?.cpu ?? 0;
   return total;
 }
 
@@ -266,6 +280,8 @@ async function main() {
   // CPU per request, per process (µs, from /proc): the proxy under test, its store, the upstream, autocannon.
   const cpuOf = (proxy, store = null, opts = {}) =>
     withCpu({ proxy, store, upstream: upstreamChild.pid }, opts.run);
+  /** A gateway row's result with the gateway's resident memory right after it. */
+  const withRss = async (row, pid) => Object.assign(row, { rssMiB: (await rssKiB(pid)) / 1024 });
   const policyDir = join(tmp, 'policies');
   await (await import('node:fs/promises')).mkdir(policyDir);
   const policy = (lockPrefix) => `version: 1
@@ -318,17 +334,23 @@ routes:
   say(`fencegate unfenced route …`);
   await run(embedded.data, { base: 'open', seconds: 2 });
   results.push(
-    summarize(
-      'fencegate, unfenced route',
-      await cpuOf(embedded.child.pid, null, { run: () => run(embedded.data, { base: 'open' }) }),
+    await withRss(
+      summarize(
+        'fencegate, unfenced route',
+        await cpuOf(embedded.child.pid, null, { run: () => run(embedded.data, { base: 'open' }) }),
+      ),
+      embedded.child.pid,
     ),
   );
   say(`fencegate fenced, embedded …`);
   let tokens = await acquireTokens(embedded.control, 'order');
   await run(embedded.data, { tokens, seconds: 2 });
-  const embeddedResult = summarize(
-    'fencegate fenced, embedded store',
-    await cpuOf(embedded.child.pid, null, { run: () => run(embedded.data, { tokens }) }),
+  const embeddedResult = await withRss(
+    summarize(
+      'fencegate fenced, embedded store',
+      await cpuOf(embedded.child.pid, null, { run: () => run(embedded.data, { tokens }) }),
+    ),
+    embedded.child.pid,
   );
   results.push(embeddedResult);
   const embeddedLoadKiB = await rssKiB(embedded.child.pid);
@@ -340,12 +362,14 @@ routes:
   say(`fencegate fenced, postgres …`);
   tokens = await acquireTokens(postgres.control, 'order');
   await run(postgres.data, { tokens, seconds: 2 });
-  results.push(
+  const postgresResult = await withRss(
     summarize(
       'fencegate fenced, postgres store',
       await cpuOf(postgres.child.pid, null, { run: () => run(postgres.data, { tokens }) }),
     ),
+    postgres.child.pid,
   );
+  results.push(postgresResult);
   await stop(postgres.child);
 
   // Redis store: a private redis-server with AOF appendfsync always (the safe setting).
@@ -377,9 +401,12 @@ routes:
   say(`fencegate fenced, redis …`);
   tokens = await acquireTokens(redis.control, 'order');
   await run(redis.data, { tokens, seconds: 2 });
-  const redisResult = summarize(
-    'fencegate fenced, redis store (AOF always)',
-    await cpuOf(redis.child.pid, redisChild.pid, { run: () => run(redis.data, { tokens }) }),
+  const redisResult = await withRss(
+    summarize(
+      'fencegate fenced, redis store (AOF always)',
+      await cpuOf(redis.child.pid, redisChild.pid, { run: () => run(redis.data, { tokens }) }),
+    ),
+    redis.child.pid,
   );
   results.push(redisResult);
   // Unfenced on the same process, for its CPU beside the fenced writes'.
@@ -448,6 +475,9 @@ routes:
     'fencegate fenced, redis store, --workers 2',
     await cpuOf(redis2.child.pid, redisChild.pid, { run: () => run(redis2.data, { tokens }) }),
   );
+  // The largest of the three processes (primary and two workers).
+  const workerRss = await Promise.all((await treePids(redis2.child.pid)).map((pid) => rssKiB(pid)));
+  workersResult.rssMiB = Math.max(...workerRss) / 1024;
   results.push(workersResult);
   await stop(redis2.child);
 
@@ -496,7 +526,7 @@ routes:
   const ratio = (a, b) => (a / b).toFixed(3);
   const rows = results.map(
     (r) =>
-      `| ${r.name} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} | ${ratio(r.rps, bareResult.rps)} | ${r.bad} |`,
+      `| ${r.name} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} | ${ratio(r.rps, bareResult.rps)} | ${r.rssMiB === undefined ? '–' : r.rssMiB.toFixed(0)} | ${r.bad} |`,
   );
   const us = (v) => (v === undefined ? '–' : v.toFixed(1));
   const pair = (r) => (r.cpu.proxy === undefined ? undefined : r.cpu.proxy + (r.cpu.store ?? 0));
@@ -518,12 +548,13 @@ Run ${started.toISOString()} on ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}
 Node ${process.version}. Everything on loopback, on one machine: load generator (autocannon,
 ${CONNECTIONS} connections), upstream, proxy and store share the 2 cores, so absolute numbers
 are low and the ratios are what to read. ${LOCKS} locks, PUT with a 90-byte JSON body, ${SECONDS} s per
-row after a 2 s warm-up. "bad" counts non-2xx answers, errors and timeouts.
+row after a 2 s warm-up. "bad" counts non-2xx answers, errors and timeouts; "RSS after" is the
+gateway process's resident memory right after its row (with workers: the largest process).
 
 ## Saturation throughput
 
-| setup | req/s | p50 ms | p99 ms | × bare proxy | bad |
-|---|---|---|---|---|---|
+| setup | req/s | p50 ms | p99 ms | × bare proxy | RSS after, MiB | bad |
+|---|---|---|---|---|---|---|
 ${rows.join('\n')}
 
 Goals: fenced writes on Redis ≥ 0.85× the bare proxy → **${ratio(redisResult.rps, bareResult.rps)}×**;
@@ -532,6 +563,8 @@ unfenced route ≥ 1.0× → **${ratio(results[2].rps, bareResult.rps)}×** (on 
 with \`--workers 2\` (two gateway processes sharing the data port, on the same 2 cores as the
 load generator, upstream and store) → **${ratio(workersResult.rps, bareResult.rps)}×**
 (${ratio(workersResult.rps, redisResult.rps)}× one worker).
+Fenced writes on the Postgres store ≥ 0.35× the bare proxy → **${ratio(postgresResult.rps, bareResult.rps)}×**.
+Gateway RSS after its rows ≤ 200 MiB → **${Math.max(0, ...results.map((r) => r.rssMiB ?? 0)).toFixed(0)} MiB** (largest).
 Fenced writes on the embedded store ≥ 0.5× the Redis store → **${ratio(embeddedResult.rps, redisResult.rps)}×**
 (rows far apart in time: \`node bench/embedded.mjs\` interleaves the two); the embedded store's
 process resident at idle / after its runs ≤ 150 MB → **${(embeddedIdleKiB / 1024).toFixed(1)} / ${(embeddedLoadKiB / 1024).toFixed(1)} MiB**.

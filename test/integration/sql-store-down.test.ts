@@ -106,6 +106,36 @@ describe('Postgres store when Postgres goes away', () => {
     expect((await store.health()).ok).toBe(true);
   }, 60_000);
 
+  it('fails every admission and finish of a batch while it is down; none of them is applied', async () => {
+    const a = await store.tryAcquire({ key: 'b1', owner: 'o', ttlMs: 60_000 });
+    const b = await store.tryAcquire({ key: 'b2', owner: 'o', ttlMs: 60_000 });
+    if (!a.ok || !b.ok) throw new Error('expected grants');
+    await store.openSession('sb', 60_000);
+    const admit = (lock: string, token: bigint, requestId: string) =>
+      store.admit({ lock, token, check: 'token', requestId, session: 'sb', record: true });
+    expect(await admit('b1', a.lease.token, 'held')).toMatchObject({ ok: true });
+
+    await cluster.stop();
+    // Called in one turn: one batch (a finish, admissions on the same and another lock).
+    const outcomes = await Promise.allSettled([
+      store.finish('b1', 'held'),
+      admit('b1', a.lease.token, 'x1'),
+      admit('b1', a.lease.token, 'x2'),
+      admit('b2', b.lease.token, 'x3'),
+    ]);
+    for (const o of outcomes) {
+      expect(o.status).toBe('rejected');
+      if (o.status === 'rejected') expect(o.reason).toBeInstanceOf(StoreUnavailableError);
+    }
+
+    await cluster.start();
+    await eventually(() => store.now());
+    // The entry before is still in flight; none of the batch's entries or fences exist.
+    expect((await store.lowerInflight('b1', a.lease.token + 1n)).count).toBe(1);
+    expect((await store.inspect('b2'))?.highest ?? null).toBeNull();
+    expect((await store.lowerInflight('b2', b.lease.token + 1n)).count).toBe(0);
+  }, 60_000);
+
   it('gives up on a hung server within the client timeouts, then recovers', async () => {
     expect((await store.tryAcquire({ key: 'h', owner: 'o', ttlMs: 1000 })).ok).toBe(true);
     await cluster.pause();

@@ -10,8 +10,11 @@
 import { namespaceProblem } from '../namespace.js';
 import { StoreUnavailableError } from '../../errors.js';
 
-/** Values passed as statement parameters. Tokens and store times are passed as decimal strings. */
-export type SqlValue = string | number | boolean | null;
+/**
+ * Values passed as statement parameters. Tokens and store times are passed as decimal
+ * strings; arrays (of text, cast in the statement, e.g. `$1::bigint[]`) carry batches.
+ */
+export type SqlValue = string | number | boolean | null | readonly (string | null)[];
 
 export interface SqlExecutor {
   /** Runs one statement with `$n` parameters and returns its rows. */
@@ -24,6 +27,12 @@ export interface SqlDriver extends SqlExecutor {
   readonly kind: 'postgres' | 'embedded';
   /** Where the data lives, for messages (no credentials). */
   readonly where: string;
+  /**
+   * Runs one statement like `query`, kept prepared under `name` where the driver can
+   * (Postgres: parsed and planned once per pooled connection). `name` must always go
+   * with the same `text`.
+   */
+  prepared<R extends object>(name: string, text: string, params: readonly SqlValue[]): Promise<R[]>;
   /**
    * Runs `fn` in one READ COMMITTED transaction: committed if it resolves, rolled
    * back if it throws. Retried a few times on serialization failure or deadlock.

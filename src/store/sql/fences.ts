@@ -1,60 +1,64 @@
 /**
- * The gateway's fence operations on the SQL schema: admit (the compare-and-set of
- * the highest token plus the in-flight entry of the drain barrier, in one
- * transaction with the key's row locked), finish, lowerInflight, and the gateway
- * sessions that own in-flight entries (docs/adr/0005-gateway-sessions.md).
+ * The gateway's fence operations on the SQL schema: admissions and finishes, run in
+ * batches by one statement (batcher.ts; the rule is schema.sql's fence_batch_v1: the
+ * compare-and-set of the highest token plus the in-flight entry of the drain barrier,
+ * with the keys' rows locked), lowerInflight, and the gateway sessions that own
+ * in-flight entries (docs/adr/0005-gateway-sessions.md).
  */
 import type { AdmitRequest, AdmitResult, BeatResult, InflightState, SessionRecord } from '../types.js';
-import { big, bigOrNull, maxBig, ms, msOrNull, one, tokenParam, type SqlContext } from './context.js';
+import { withRetries } from './driver.js';
+import { bigOrNull, ms, one, tokenParam, type SqlContext } from './context.js';
 import type {
-  AdmitContextRow,
+  FenceBatchRow,
   LowerInflightRow,
   SessionBeatRow,
   SessionEndRow,
   SessionRow,
 } from './queries.js';
 
-type Verdict = { ok: true; highest: bigint } | Extract<AdmitResult, { ok: false }>;
-
-/** The checks, in the documented order, on the key's state read under its row lock. */
-export function judge(c: AdmitContextRow | undefined, req: AdmitRequest): Verdict {
-  if (c === undefined) return { ok: false, reason: 'forged', highest: null };
-  const highest = bigOrNull(c.highest);
-  const floor = maxBig(big(c.key_floor), c.epoch_floor === null ? 0n : big(c.epoch_floor));
-  if (req.token <= floor) return { ok: false, reason: 'stale', highest };
-  if (c.issued === null || req.token > big(c.issued)) return { ok: false, reason: 'forged', highest };
-  if (highest !== null && req.token < highest) return { ok: false, reason: 'stale', highest };
-  if (req.check === 'lease') {
-    const expiresAt = msOrNull(c.expires_at);
-    const live = c.lease_id !== null && expiresAt !== null && expiresAt > ms(c.now);
-    if (!live || c.lease_token === null || big(c.lease_token) !== req.token) {
-      return { ok: false, reason: 'lease-expired', highest };
-    }
-  }
-  return { ok: true, highest: highest === null ? req.token : maxBig(highest, req.token) };
+/** An in-flight entry to remove. */
+export interface FinishRequest {
+  lock: string;
+  requestId: string;
 }
 
-export async function admit(ctx: SqlContext, req: AdmitRequest): Promise<AdmitResult> {
-  const token = tokenParam(req.token);
-  if (!req.record) {
-    // Shadow mode: the verdict only; nothing is written, so no lock is needed.
-    const c = (await ctx.driver.query<AdmitContextRow>(ctx.q.admit_context, [req.lock, token]))[0];
-    const v = judge(c, req);
-    return v.ok ? { ok: true, highest: v.highest, lowerInflight: c?.lower_inflight ?? 0 } : v;
+/** Prepared-statement name of the batch statement (always the same text per connection). */
+const FENCE_BATCH = 'fencegate_fence_batch_v1';
+
+/**
+ * Runs `finishes`, then `admissions` as if one after another in array order, in one
+ * statement and so one transaction: all of it commits, or none of it (and the
+ * StoreUnavailableError reaches every caller). Retried whole on a deadlock or
+ * serialization failure. An admission's (lock, requestId) must not repeat in a batch.
+ */
+export async function runFenceBatch(
+  ctx: SqlContext,
+  finishes: readonly FinishRequest[],
+  admissions: readonly AdmitRequest[],
+): Promise<AdmitResult[]> {
+  const params = [
+    finishes.map((f) => f.lock),
+    finishes.map((f) => f.requestId),
+    admissions.map((a) => a.lock),
+    admissions.map((a) => tokenParam(a.token)),
+    admissions.map((a) => (a.check === 'lease' ? 't' : 'f')),
+    admissions.map((a) => a.requestId),
+    admissions.map((a) => a.session),
+    admissions.map((a) => (a.record ? 't' : 'f')),
+    ctx.channel,
+  ];
+  const rows = await withRetries(() =>
+    ctx.driver.prepared<FenceBatchRow>(FENCE_BATCH, ctx.q.fence_batch, params),
+  );
+  if (rows.length !== admissions.length) {
+    throw new Error(`fence_batch returned ${rows.length} verdicts for ${admissions.length} admissions`);
   }
-  return ctx.driver.transaction(async (tx) => {
-    const locked = await tx.query(ctx.q.lock_key, [req.lock]);
-    if (locked.length === 0) return { ok: false, reason: 'forged', highest: null };
-    const c = one(await tx.query<AdmitContextRow>(ctx.q.admit_context, [req.lock, token]), 'admit_context');
-    const v = judge(c, req);
-    if (!v.ok) return v;
-    await tx.query(ctx.q.admit_record, [req.lock, token, req.requestId, req.session]);
-    return { ok: true, highest: v.highest, lowerInflight: c.lower_inflight };
+  return rows.map((r) => {
+    const highest = bigOrNull(r.highest);
+    if (r.verdict !== 'ok') return { ok: false, reason: r.verdict, highest };
+    if (highest === null) throw new Error('fence_batch admitted without a highest token');
+    return { ok: true, highest, lowerInflight: r.lower_inflight };
   });
-}
-
-export async function finish(ctx: SqlContext, lock: string, requestId: string): Promise<void> {
-  await ctx.driver.query(ctx.q.finish, [lock, requestId, ctx.channel]);
 }
 
 export async function lowerInflight(ctx: SqlContext, lock: string, token: bigint): Promise<InflightState> {

@@ -179,6 +179,16 @@ export class PgDriver implements SqlDriver {
     }
   }
 
+  async prepared<R extends object>(name: string, text: string, params: readonly SqlValue[]): Promise<R[]> {
+    this.assertOpen();
+    try {
+      const res = await this.pool.query<R>({ name, text, values: params as SqlValue[] });
+      return res.rows;
+    } catch (err) {
+      throw storeError(err, this.where, 'statement');
+    }
+  }
+
   async exec(text: string): Promise<void> {
     this.assertOpen();
     try {

@@ -1,12 +1,12 @@
--- The statements of the SQL stores, one per `-- name:` section, shared by the
--- Postgres and embedded drivers. {schema} is the quoted schema name. Every
--- parameter carries an explicit cast (PGlite and pg infer types differently).
+-- The statements of the Postgres store, one per `-- name:` section. {schema} is
+-- the quoted schema name. Every parameter carries an explicit cast (they were
+-- shared with PGlite once, which infers types differently from pg; kept explicit).
 -- Every bigint comes back as text and becomes a bigint in TypeScript: tokens
 -- exceed 2^53. Times are store-clock ms ({schema}.now_ms()).
 --
 -- Operations that decide on a key's state run in one transaction that first
--- locks the key's row (ensure_key or lock_key), then reads (…_context), then
--- writes; so concurrent processes are serialised per key.
+-- locks the key's row (ensure_key, or fence_batch_v1's locking read), then reads,
+-- then writes; so concurrent processes are serialised per key.
 
 -- name: init_lock
 -- Serialises schema creation across processes. $1 namespace.
@@ -22,10 +22,6 @@ SELECT value FROM {schema}.meta WHERE name = 'schema_version';
 INSERT INTO {schema}.locks AS l (key, floor)
 VALUES ($1::text, {schema}.now_ms() * 1000)
 ON CONFLICT (key) DO UPDATE SET floor = l.floor WHERE false;
-
--- name: lock_key
--- Locks the key's row if it exists (no row: nothing was ever issued). $1 key
-SELECT 1 AS found FROM {schema}.locks WHERE key = $1::text FOR UPDATE;
 
 -- name: acquire_context
 -- Read after the row is locked, so now is taken after any wait for the lock.
@@ -208,44 +204,14 @@ WITH removed AS (
 )
 SELECT count(*)::int AS notified FROM (SELECT pg_notify($3::text, $1::text)) x;
 
--- name: admit_context
--- $1 lock, $2 token → the key's fence state and the live in-flight writes below $2.
-SELECT n.now::text        AS now,
-       e.floor::text      AS epoch_floor,
-       l.floor::text      AS key_floor,
-       l.issued::text     AS issued,
-       l.highest::text    AS highest,
-       l.lease_id,
-       l.token::text      AS lease_token,
-       l.expires_at::text AS expires_at,
-       (SELECT count(*) FROM {schema}.inflight i
-         JOIN {schema}.gateway_sessions s ON s.id = i.session_id
-         WHERE i.lock = $1::text AND i.token < $2::bigint)::int AS lower_inflight
-  FROM (SELECT {schema}.now_ms() AS now) n
-  JOIN {schema}.locks l ON l.key = $1::text
-  LEFT JOIN {schema}.epoch e ON true;
-
--- name: admit_record
--- Raises the fence (compare-and-set under the row lock taken by lock_key) and
--- registers the in-flight write, owned by the gateway session $4.
--- $1 lock, $2 token, $3 request id, $4 session id
-WITH fence AS (
-  UPDATE {schema}.locks
-     SET highest = $2::bigint
-   WHERE key = $1::text AND (highest IS NULL OR highest < $2::bigint)
-), entry AS (
-  INSERT INTO {schema}.inflight (lock, request_id, token, session_id)
-  VALUES ($1::text, $3::text, $2::bigint, $4::text)
-  ON CONFLICT (lock, request_id) DO UPDATE SET token = excluded.token, session_id = excluded.session_id
-)
-SELECT 1 AS done;
-
--- name: finish
--- $1 lock, $2 request id, $3 channel
-WITH removed AS (
-  DELETE FROM {schema}.inflight WHERE lock = $1::text AND request_id = $2::text
-)
-SELECT count(*)::int AS notified FROM (SELECT pg_notify($3::text, $1::text)) x;
+-- name: fence_batch
+-- Finishes, then admissions judged in array order, in one statement (schema.sql:
+-- fence_batch_v1). $1 finished locks, $2 their request ids; per admission: $3 lock,
+-- $4 token, $5 lease check, $6 request id, $7 session id, $8 recorded; $9 channel
+-- → one row per admission, in order: verdict ok | stale | forged | lease-expired.
+SELECT ord, verdict, highest, lower_inflight
+  FROM {schema}.fence_batch_v1($1::text[], $2::text[], $3::text[], $4::bigint[], $5::boolean[],
+                               $6::text[], $7::text[], $8::boolean[], $9::text);
 
 -- name: lower_inflight
 -- The lock's in-flight entries below $2 whose session still exists, and those

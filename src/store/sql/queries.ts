@@ -10,7 +10,6 @@ const QUERY_NAMES = [
   'init_lock',
   'schema_version',
   'ensure_key',
-  'lock_key',
   'acquire_context',
   'grant',
   'renew',
@@ -20,9 +19,7 @@ const QUERY_NAMES = [
   'recent_grants',
   'enqueue_waiter',
   'remove_waiter',
-  'admit_context',
-  'admit_record',
-  'finish',
+  'fence_batch',
   'lower_inflight',
   'drop_inflight',
   'session_open',
@@ -132,15 +129,11 @@ export interface RenewRow {
   expires_at: string;
 }
 
-export interface AdmitContextRow {
-  now: string;
-  epoch_floor: string | null;
-  key_floor: string;
-  issued: string | null;
+export interface FenceBatchRow {
+  /** 1-based position of the admission in the batch. */
+  ord: number;
+  verdict: 'ok' | 'stale' | 'forged' | 'lease-expired';
   highest: string | null;
-  lease_id: string | null;
-  lease_token: string | null;
-  expires_at: string | null;
   lower_inflight: number;
 }
 

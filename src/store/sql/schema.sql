@@ -127,3 +127,131 @@ CREATE TABLE IF NOT EXISTS {schema}.grant_owners (
   owner      text   NOT NULL,
   PRIMARY KEY (key, token)
 );
+
+-- A gateway's fence operations on a batch, in one statement (one transaction, one
+-- commit): first `finish` for each (fin_locks[i], fin_ids[i]), then the admissions
+-- (a_* arrays, one element per admission), judged exactly as if run one after
+-- another in array order. Batches from src/store/sql/batcher.ts; the rule of an
+-- admission lives here, its order of checks in docs/stores-sql.md.
+--
+-- Row locks: the keys of the recorded admissions are locked first, in byte order of
+-- the key (COLLATE "C"), so two batches never wait for each other in a cycle; the
+-- judgement is a later statement of this function, so (READ COMMITTED, VOLATILE) it
+-- reads with a fresh snapshot that sees everything committed before the locks were
+-- granted, as the separate lock and read statements of one transaction did before.
+-- A recorded admission whose key had no row to lock is forged (nothing was issued).
+--
+-- Per admission i, for its key: floor = greatest(key floor, epoch floor); h = the
+-- key's highest raised by the recorded admissions before i in this batch;
+-- token ≤ floor → stale; never issued or token > issued → forged; token < h → stale;
+-- a_lease[i] and the key's live lease is not this token → lease-expired; else ok.
+-- lower_inflight counts the key's entries of live sessions below the token: the
+-- committed ones and those recorded before i in this batch. Returns one row per
+-- admission, in array order: (ord, verdict, highest, lower_inflight), highest as text.
+-- Versioned name: a change of meaning is a new function, so gateways of two versions
+-- sharing a store each call their own.
+CREATE OR REPLACE FUNCTION {schema}.fence_batch_v1(
+  fin_locks text[], fin_ids text[],
+  a_locks text[], a_tokens bigint[], a_lease boolean[], a_ids text[], a_sessions text[],
+  a_record boolean[], channel text)
+RETURNS TABLE (ord int, verdict text, highest text, lower_inflight int)
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_column
+DECLARE
+  locked text[];
+BEGIN
+  IF cardinality(fin_locks) > 0 THEN
+    DELETE FROM {schema}.inflight f
+     USING unnest(fin_locks, fin_ids) AS d(lock, request_id)
+     WHERE f.lock = d.lock AND f.request_id = d.request_id;
+    PERFORM pg_notify(channel, d.lock) FROM (SELECT DISTINCT unnest(fin_locks) AS lock) d;
+  END IF;
+  IF coalesce(cardinality(a_locks), 0) = 0 THEN
+    RETURN;
+  END IF;
+
+  SELECT coalesce(array_agg(k.key), '{}') INTO locked
+    FROM (SELECT l.key
+            FROM {schema}.locks l
+           WHERE l.key IN (SELECT u.lock FROM unnest(a_locks, a_record) AS u(lock, rec) WHERE u.rec)
+           ORDER BY l.key COLLATE "C"
+             FOR UPDATE) k;
+
+  RETURN QUERY
+  WITH n AS (
+    SELECT {schema}.now_ms() AS now,
+           coalesce((SELECT e.floor FROM {schema}.epoch e), 0) AS epoch_floor
+  ), req AS (
+    SELECT u.ord::int AS ord, u.lock, u.token, u.lease, u.request_id, u.session_id, u.rec
+      FROM unnest(a_locks, a_tokens, a_lease, a_ids, a_sessions, a_record)
+           WITH ORDINALITY AS u(lock, token, lease, request_id, session_id, rec, ord)
+  ), ctx AS (
+    SELECT r.*,
+           l.key IS NOT NULL AND (NOT r.rec OR l.key = ANY (locked)) AS found,
+           greatest(l.floor, n.epoch_floor) AS floor,
+           l.issued,
+           l.highest AS fence,
+           (l.lease_id IS NOT NULL AND l.expires_at > n.now AND l.token = r.token) AS lease_live
+      FROM req r
+     CROSS JOIN n
+      LEFT JOIN {schema}.locks l ON l.key = r.lock
+  ), passing AS (
+    -- Passes every check that does not depend on the other admissions of the batch.
+    SELECT c.*,
+           c.found AND c.token > c.floor AND c.issued IS NOT NULL AND c.token <= c.issued
+             AND (NOT c.lease OR coalesce(c.lease_live, false)) AS passes
+      FROM ctx c
+  ), running AS (
+    -- The highest when i comes: the key's, raised by earlier recorded admissions that
+    -- passed (one that passed but was stale is below it, so taking it changes nothing).
+    SELECT p.*,
+           greatest(p.fence,
+                    max(p.token) FILTER (WHERE p.rec AND p.passes)
+                      OVER (PARTITION BY p.lock ORDER BY p.ord
+                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)) AS h
+      FROM passing p
+  ), judged AS (
+    SELECT r.*,
+           CASE
+             WHEN NOT r.found THEN 'forged'
+             WHEN r.token <= r.floor THEN 'stale'
+             WHEN r.issued IS NULL OR r.token > r.issued THEN 'forged'
+             WHEN r.h IS NOT NULL AND r.token < r.h THEN 'stale'
+             WHEN r.lease AND NOT coalesce(r.lease_live, false) THEN 'lease-expired'
+             ELSE 'ok'
+           END AS verdict
+      FROM running r
+  ), counted AS (
+    SELECT j.*,
+           CASE WHEN j.verdict <> 'ok' THEN 0 ELSE
+             (SELECT count(*) FROM {schema}.inflight i
+                JOIN {schema}.gateway_sessions s ON s.id = i.session_id
+               WHERE i.lock = j.lock AND i.token < j.token)::int
+             + (SELECT count(*) FROM judged k
+                 WHERE k.lock = j.lock AND k.ord < j.ord AND k.rec AND k.verdict = 'ok'
+                   AND k.token < j.token
+                   AND EXISTS (SELECT 1 FROM {schema}.gateway_sessions s WHERE s.id = k.session_id))::int
+           END AS lower
+      FROM judged j
+  ), fence AS (
+    UPDATE {schema}.locks l
+       SET highest = m.top
+      FROM (SELECT c.lock, max(c.token) AS top FROM counted c
+             WHERE c.rec AND c.verdict = 'ok' GROUP BY c.lock) m
+     WHERE l.key = m.lock AND (l.highest IS NULL OR l.highest < m.top)
+  ), entry AS (
+    INSERT INTO {schema}.inflight (lock, request_id, token, session_id)
+    SELECT c.lock, c.request_id, c.token, c.session_id FROM counted c
+     WHERE c.rec AND c.verdict = 'ok'
+    ON CONFLICT (lock, request_id) DO UPDATE SET token = excluded.token, session_id = excluded.session_id
+  )
+  SELECT c.ord,
+         c.verdict,
+         (CASE WHEN c.verdict = 'ok' THEN greatest(c.h, c.token) ELSE c.h END)::text,
+         c.lower
+    FROM counted c
+   ORDER BY c.ord;
+END
+$fn$;

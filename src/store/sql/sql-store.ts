@@ -1,5 +1,5 @@
 /**
- * The Store on SQL, the same for Postgres and the embedded PGlite store: it binds
+ * The Store on Postgres (the embedded store is LMDB, src/store/lmdb/): it binds
  * the statements to one schema and delegates to locks.ts / fences.ts; it owns
  * watch (notifier.ts), epochs, health, housekeeping and close.
  */
@@ -24,6 +24,7 @@ import type {
   StoreKind,
 } from '../types.js';
 import { big, ms, one, type SqlContext } from './context.js';
+import { FenceBatcher, type BatcherOptions } from './batcher.js';
 import { channelFor, type SqlDriver } from './driver.js';
 import * as fences from './fences.js';
 import * as locks from './locks.js';
@@ -47,12 +48,15 @@ export interface SqlStoreOptions {
   detail?: string;
   /** Runs after the driver closed (the embedded store releases its directory lock). */
   onClose?: () => void;
+  /** How admissions and finishes are grouped into statements (batcher.ts). */
+  batching: BatcherOptions;
 }
 
 export class SqlStore implements Store {
   readonly kind: StoreKind;
   private readonly ctx: SqlContext;
   private readonly notifier: KeyNotifier;
+  private readonly batcher: FenceBatcher;
   private readonly detail: string;
   private readonly onClose: () => void;
   private pruning: Promise<void> | null = null;
@@ -65,8 +69,23 @@ export class SqlStore implements Store {
     const channel = channelFor(opts.namespace);
     this.ctx = { driver, q: queriesFor(opts.namespace), channel };
     this.notifier = new KeyNotifier(driver, channel);
+    const ctx = this.ctx;
+    this.batcher = new FenceBatcher(
+      (finishes, admissions) => fences.runFenceBatch(ctx, finishes, admissions),
+      opts.batching,
+    );
     this.detail = `${driver.where}, schema "${opts.namespace}"${opts.detail ? `, ${opts.detail}` : ''}`;
     this.onClose = opts.onClose ?? ((): void => undefined);
+  }
+
+  /**
+   * Runs the fence batch statement once (a shadow admission of the key '', which no lock
+   * has), so the first fenced write does not pay for compiling and planning it on its
+   * pooled connection.
+   */
+  async warm(): Promise<void> {
+    const probe = { lock: '', token: 1n, check: 'token', requestId: '', session: '', record: false } as const;
+    await fences.runFenceBatch(this.ctx, [], [probe]);
   }
 
   // ---- locks ----
@@ -108,13 +127,13 @@ export class SqlStore implements Store {
   // ---- fences ----
 
   async admit(req: AdmitRequest): Promise<AdmitResult> {
-    const result = await fences.admit(this.ctx, req);
+    const result = await this.batcher.admit(req);
     if (req.record) this.housekeep();
     return result;
   }
 
   finish(lock: string, requestId: string): Promise<void> {
-    return fences.finish(this.ctx, lock, requestId);
+    return this.batcher.finish(lock, requestId);
   }
 
   lowerInflight(lock: string, token: FencingToken): Promise<InflightState> {

@@ -13,6 +13,12 @@ import { SqlStore } from './sql-store.js';
 
 export const DEFAULT_NAMESPACE = 'fencegate';
 
+/**
+ * Fence batches (batcher.ts) in flight at once, and their size limit: a batch that waits
+ * for row locks or its commit's WAL flush leaves the next one free to start.
+ */
+const POSTGRES_BATCHING = { parallel: 2, maxBatch: 256 };
+
 /** Creates or checks the schema in one transaction, serialised across processes by an advisory lock. */
 async function initSchema(driver: SqlDriver, namespace: string): Promise<void> {
   const q = queriesFor(namespace);
@@ -43,7 +49,13 @@ export async function openPostgresStore(url: string, opts: StoreOptions = {}): P
     await driver.close().catch(() => undefined);
     throw openFailure(err, `the Postgres store (schema "${namespace}")`);
   }
-  return new SqlStore(driver, { namespace, detail: await durabilityNote(driver, namespace) });
+  const store = new SqlStore(driver, {
+    namespace,
+    detail: await durabilityNote(driver, namespace),
+    batching: POSTGRES_BATCHING,
+  });
+  await store.warm().catch(() => undefined); // an optimisation: a failure shows at the first write
+  return store;
 }
 
 /**
