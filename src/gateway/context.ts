@@ -36,6 +36,11 @@ export interface FenceOutcome {
 export interface GatewayRequestState {
   policy: CompiledPolicy;
   match: RouteMatch;
+  /**
+   * The method the request was routed and fenced by: its own, or the one a method-override
+   * header names when the route's upstream honours them (then the header is forwarded).
+   */
+  method: string;
   /** Raw request path (no query), as forwarded. */
   path: string;
   fence: FenceOutcome | null;

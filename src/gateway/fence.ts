@@ -109,7 +109,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     const url = request.raw.url ?? '/';
     const q = url.indexOf('?');
     let writes = kind.writes(route, {
-      method: request.method,
+      method: state.method,
       path: state.path,
       query: q < 0 ? '' : url.slice(q + 1),
       rawHeaders: request.raw.rawHeaders,

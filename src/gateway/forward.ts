@@ -40,6 +40,8 @@ export function upstreamRequestHeaders(
     headers,
     request.headers.connection,
     fenced ? FENCED_ROUTE_DROPS : PLAIN_ROUTE_DROPS,
+    // Routed by the method an override header names: the upstream must see the same one.
+    state.method !== request.method,
   );
   Object.assign(
     out,

@@ -8,6 +8,7 @@
  */
 import { parseToken, type FencingToken } from '../tokens.js';
 import type { HeaderLookup } from '../policy/index.js';
+import { HTTP_METHODS } from '../policy/schema.js';
 
 /** RFC 9110 §7.6.1 connection-specific fields, plus the de-facto Proxy-Connection. */
 export const HOP_BY_HOP = new Set([
@@ -32,13 +33,38 @@ export const GATEWAY_PREFIX = 'x-fencegate-';
  * method-override, IIS's URL rewrite): a GET carrying `X-HTTP-Method-Override: PUT` would
  * be routed and fenced as a read and applied as a write. Never forwarded.
  */
-export const OVERRIDE_HEADERS = new Set([
+export const METHOD_OVERRIDE_HEADERS = [
   'x-http-method-override',
   'x-http-method',
   'x-method-override',
+] as const;
+export const OVERRIDE_HEADERS = new Set<string>([
+  ...METHOD_OVERRIDE_HEADERS,
   'x-original-url',
   'x-rewrite-url',
 ]);
+
+/**
+ * The method the request's method-override headers name, uppercased: null when it has
+ * none; an error when they are repeated with different values or name no method a
+ * route can declare.
+ */
+export function overridingMethod(
+  rawHeaders: readonly string[],
+): { ok: true; method: string | null } | { ok: false; reason: string } {
+  let method: string | null = null;
+  for (const name of METHOD_OVERRIDE_HEADERS) {
+    for (const value of rawHeaderValues(rawHeaders, name)) {
+      const m = value.trim().toUpperCase();
+      if (!(HTTP_METHODS as readonly string[]).includes(m))
+        return { ok: false, reason: `${name} names no method a route can declare: "${value}"` };
+      if (method !== null && m !== method)
+        return { ok: false, reason: `method-override headers name two methods (${method}, ${m})` };
+      method = m;
+    }
+  }
+  return { ok: true, method };
+}
 
 /**
  * Request headers the gateway answers itself and never forwards: `Expect` (the
@@ -125,6 +151,8 @@ export function stripRequestHeaders(
   headers: Headers,
   connection: HeaderValue,
   extra: readonly string[] = [],
+  /** Forward method-override headers (the request was routed by the method they name). */
+  keepMethodOverride = false,
 ): Headers {
   // The common case (no Connection header, at most one extra name) builds no Set.
   const listed = connection === undefined ? null : connectionTokens(connection);
@@ -136,7 +164,8 @@ export function stripRequestHeaders(
     const lower = name.toLowerCase();
     if (value === undefined || HOP_BY_HOP.has(lower)) continue;
     if (drop !== null ? drop.has(lower) : extra.includes(lower)) continue;
-    if (isGatewayOwned(lower) || CONSUMED_BY_GATEWAY.has(lower) || OVERRIDE_HEADERS.has(lower)) continue;
+    if (isGatewayOwned(lower) || CONSUMED_BY_GATEWAY.has(lower)) continue;
+    if (OVERRIDE_HEADERS.has(lower) && !(keepMethodOverride && isMethodOverride(lower))) continue;
     // As nginx does by default: `fencing_token` or `x_fencegate_lock` would reach frameworks
     // that fold "_" into "-" (CGI, WSGI, Rack) as the real header the gateway removed.
     if (lower.includes('_')) continue;
@@ -212,4 +241,8 @@ export function headerLookup(rawHeaders: readonly string[]): HeaderLookup {
     if (!decoded.ok) return { ok: false, reason: `header "${name}" is not valid UTF-8` };
     return { ok: true, value: decoded.value };
   };
+}
+
+function isMethodOverride(lowerName: string): boolean {
+  return (METHOD_OVERRIDE_HEADERS as readonly string[]).includes(lowerName);
 }

@@ -6,9 +6,10 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { ProblemError } from '../errors.js';
-import { splitRequestPath, type PolicyHolder } from '../policy/index.js';
+import { splitRequestPath, type CompiledPolicy, type PolicyHolder } from '../policy/index.js';
 import './context.js';
 import { installProblemHandlers, missingHost, pathOf, sendProblem } from '../http/problems.js';
+import { overridingMethod } from './headers.js';
 
 /**
  * `?_method=PUT` (Rails, Laravel, Express's method-override) turns a request the gateway
@@ -17,6 +18,19 @@ import { installProblemHandlers, missingHost, pathOf, sendProblem } from '../htt
  * the query the upstream would see.
  */
 const METHOD_OVERRIDE_QUERY = /[?&](?:_|%5f)method(?:=|&|$|\[|%5b)/i;
+
+const NO_OVERRIDE = { ok: true, method: null } as const;
+const honouring = new WeakMap<CompiledPolicy, boolean>();
+
+/** Whether any upstream of `policy` honours method-override headers (remembered per policy). */
+function honoursOverrides(policy: CompiledPolicy): boolean {
+  let honours = honouring.get(policy);
+  if (honours === undefined) {
+    honours = Object.values(policy.upstreams).some((u) => u.methodOverride === 'honour');
+    honouring.set(policy, honours);
+  }
+  return honours;
+}
 
 export interface RoutingOptions {
   policy: PolicyHolder;
@@ -62,12 +76,28 @@ async function routing(app: FastifyInstance, opts: RoutingOptions): Promise<void
       return;
     }
     const policy = opts.policy.current;
+    // An upstream that honours method-override headers applies the method they name: the
+    // request is routed and fenced by it, and only then are the headers forwarded
+    // (upstreamRequestHeaders). Anywhere else they are dropped and the real method rules.
+    const override = honoursOverrides(policy) ? overridingMethod(request.raw.rawHeaders) : NO_OVERRIDE;
+    if (!override.ok) {
+      sendProblem(reply, new ProblemError('bad-request', override.reason));
+      return;
+    }
+    if (override.method !== null) {
+      const byOverride = policy.match(override.method, split.segments);
+      if (byOverride !== null && byOverride.route.upstream.methodOverride === 'honour') {
+        request.fencegate = { policy, match: byOverride, method: override.method, path, fence: null };
+        done();
+        return;
+      }
+    }
     const match = policy.match(request.method, split.segments);
     if (match === null) {
       sendProblem(reply, new ProblemError('no-route', `no route for ${request.method} ${path}`));
       return;
     }
-    request.fencegate = { policy, match, path, fence: null };
+    request.fencegate = { policy, match, method: request.method, path, fence: null };
     done();
   });
 }

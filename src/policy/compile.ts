@@ -60,8 +60,18 @@ export function compilePolicy(files: readonly ValidFile[]): CompileResult {
           errors.push(source.error(['upstreams', name, ...e.field], e.message));
         continue;
       }
+      const methodOverride = raw.methodOverride ?? 'strip';
+      if (methodOverride === 'honour' && kind.name !== 'http') {
+        errors.push(
+          source.error(
+            ['upstreams', name, 'methodOverride'],
+            `only http upstreams honour method-override headers (this one is ${kind.name})`,
+          ),
+        );
+        continue;
+      }
       const tls = compileUpstreamTls(raw.tls, kind.name, compiled.upstream.origin, source.file);
-      if (tls.ok) upstreams[name] = { ...compiled.upstream, tls: tls.tls };
+      if (tls.ok) upstreams[name] = { ...compiled.upstream, tls: tls.tls, methodOverride };
       else for (const e of tls.errors) errors.push(source.error(['upstreams', name, ...e.field], e.message));
     }
   }

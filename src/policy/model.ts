@@ -30,6 +30,12 @@ export interface CompiledUpstream {
   readonly settings: Readonly<Record<string, unknown>>;
   /** The policy's `tls` for an https upstream (files read at load); null: the defaults. */
   readonly tls: UpstreamTls | null;
+  /**
+   * `honour`: the upstream applies method-override headers, so a request carrying one is
+   * routed and fenced by the method it names (src/gateway/routing.ts); `strip`: they are
+   * dropped before forwarding (docs/security.md, "Request hygiene").
+   */
+  readonly methodOverride: 'strip' | 'honour';
 }
 
 /** How the gateway connects to an https upstream; PEM texts read from the files the policy names. */

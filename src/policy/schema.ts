@@ -28,6 +28,12 @@ export interface RawUpstream {
   fenceSchema?: string;
   /** https upstreams: how the upstream's certificate is verified, and the gateway's own (mTLS). */
   tls?: RawUpstreamTls;
+  /**
+   * kind: http: whether the upstream honours method-override headers (`X-HTTP-Method-Override`
+   * and its two variants). `strip` (default): they never reach it. `honour`: a request that
+   * carries one is routed and fenced by the method it names, and the header is forwarded.
+   */
+  methodOverride?: 'strip' | 'honour';
 }
 
 /** File paths are relative to the policy file. */
@@ -100,6 +106,7 @@ const upstream = {
     timeoutMs: ms(1, 600_000),
     breaker,
     fenceSchema: { type: 'string', minLength: 1 },
+    methodOverride: { enum: ['strip', 'honour'] },
     tls: {
       type: 'object',
       additionalProperties: false,

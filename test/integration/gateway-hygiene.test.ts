@@ -278,3 +278,102 @@ describe('an answer the gateway cannot pass on unchanged', () => {
     expect(await plain.body.text()).toBe('ok');
   });
 });
+
+describe('an upstream that honours method-override headers (methodOverride: honour)', () => {
+  let store: Store;
+  let upstream: TestUpstream;
+  let gw: TestGateway;
+
+  const policy = (url: string) => `version: 1
+upstreams:
+  legacy:
+    kind: http
+    url: ${url}
+    methodOverride: honour
+  plain:
+    kind: http
+    url: ${url}
+routes:
+  - name: legacy-writes
+    methods: [PUT, DELETE]
+    path: /legacy/:id
+    upstream: legacy
+    lock: "legacy:{id}"
+  - name: legacy-reads
+    methods: [GET, POST]
+    path: /legacy/*
+    upstream: legacy
+  - name: plain-reads
+    methods: [GET, POST]
+    path: /plain/*
+    upstream: plain
+`;
+
+  beforeAll(async () => {
+    store = new MemoryStore();
+    upstream = await startUpstream((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.end('ok');
+    });
+    gw = await startGateway({ store, policy: policy(upstream.url) });
+  });
+  afterAll(async () => {
+    await gw.close();
+    await upstream.close();
+  });
+
+  const send = async (path: string, method: string, headers: Record<string, string>) => {
+    const res = await request(`${gw.url}${path}`, { method, headers, body: method === 'GET' ? null : 'x' });
+    const text = await res.body.text();
+    return { status: res.statusCode, body: parseJson(text) };
+  };
+
+  it('a POST that says PUT is fenced as the PUT the upstream will apply', async () => {
+    upstream.hits.length = 0;
+    const unfenced = await send('/legacy/1', 'POST', { 'x-http-method-override': 'PUT' });
+    expect(unfenced.status).toBe(428);
+    expect(unfenced.body).toMatchObject({ type: 'urn:fencegate:token-required' });
+    expect(upstream.hits).toHaveLength(0);
+
+    const older = String((await mint(store, 'legacy:1')).token);
+    const newer = String((await mint(store, 'legacy:1')).token);
+    const admitted = await send('/legacy/1', 'POST', {
+      'x-http-method-override': 'put',
+      'fencing-token': newer,
+    });
+    expect(admitted.status).toBe(200);
+    const hit = upstream.hits.at(-1)!;
+    expect(hit.method).toBe('POST');
+    // The upstream sees the override it will apply, and the token that fenced it.
+    expect(hit.headers['x-http-method-override']).toBe('put');
+    expect(hit.headers['fencing-token']).toBe(newer);
+
+    // Even a GET that says DELETE: the stale owner is refused before the upstream.
+    const hits = upstream.hits.length;
+    const stale = await send('/legacy/1', 'GET', { 'x-method-override': 'DELETE', 'fencing-token': older });
+    expect(stale.status).toBe(409);
+    expect(stale.body).toMatchObject({ type: 'urn:fencegate:stale-token' });
+    expect(upstream.hits).toHaveLength(hits);
+  });
+
+  it('an override no honouring route takes is dropped, and the real method routes', async () => {
+    upstream.hits.length = 0;
+    const res = await send('/plain/1', 'POST', { 'x-http-method-override': 'PUT' });
+    expect(res.status).toBe(200);
+    expect(upstream.hits[0]!.method).toBe('POST');
+    expect(upstream.hits[0]!.headers['x-http-method-override']).toBeUndefined();
+  });
+
+  it('an override that names no method, or two different ones, is refused before routing', async () => {
+    upstream.hits.length = 0;
+    const bogus = await send('/legacy/1', 'POST', { 'x-http-method-override': 'PUT, DELETE' });
+    expect(bogus.status).toBe(400);
+    expect(bogus.body).toMatchObject({ type: 'urn:fencegate:bad-request' });
+    const two = await send('/legacy/1', 'POST', {
+      'x-http-method-override': 'PUT',
+      'x-http-method': 'DELETE',
+    });
+    expect(two.status).toBe(400);
+    expect(upstream.hits).toHaveLength(0);
+  });
+});

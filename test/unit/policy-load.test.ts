@@ -78,6 +78,11 @@ const CASES: [string, string, string][] = [
     'only routes of a "postgres" upstream take "table"',
   ],
   [
+    'foreign-override.yaml',
+    `${BROKEN}/foreign-override.yaml:6:21: upstreams.ledger.methodOverride: `,
+    'only http upstreams honour method-override headers (this one is postgres)',
+  ],
+  [
     'unknown-kind.yaml',
     `${BROKEN}/unknown-kind.yaml:4:11: upstreams.orders.kind: `,
     'unknown kind "ftp" (known: http',

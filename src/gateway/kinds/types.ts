@@ -39,8 +39,9 @@ export interface FieldError {
 }
 
 export type UpstreamCompileResult =
-  // `tls` is compiled by the policy compiler for every kind (src/policy/upstream-tls.ts).
-  { ok: true; upstream: Omit<CompiledUpstream, 'tls'> } | { ok: false; errors: FieldError[] };
+  // `tls` and `methodOverride` are compiled by the policy compiler for every kind (src/policy/compile.ts).
+  | { ok: true; upstream: Omit<CompiledUpstream, 'tls' | 'methodOverride'> }
+  | { ok: false; errors: FieldError[] };
 
 export type RouteCompileResult =
   { ok: true; target: Readonly<Record<string, unknown>> } | { ok: false; errors: FieldError[] };
