@@ -110,6 +110,9 @@ export interface LockState {
 /** How many grants per key recentGrants() remembers (each store keeps at most this many). */
 export const GRANT_HISTORY = 16;
 
+/** Idempotency records (requestId replays) are kept at least this long, and at least the lease's ttl. */
+export const MIN_REPLAY_MS = 10 * 60 * 1000;
+
 export interface GrantRecord {
   token: FencingToken;
   owner: string;

@@ -12,6 +12,7 @@ import { randomUUID } from 'node:crypto';
 import { MAX_TOKEN } from '../../tokens.js';
 import {
   GRANT_HISTORY,
+  MIN_REPLAY_MS,
   type AcquireRequest,
   type AcquireResult,
   type GrantRecord,
@@ -22,9 +23,6 @@ import {
   type RenewResult,
 } from '../types.js';
 import type { LockRec, Tables, WaiterRec } from './db.js';
-
-/** Idempotency records are kept at least this long (and at least the lease's ttl). */
-export const MIN_REPLAY_MS = 10 * 60 * 1000;
 
 /** Durations are whole ms; a fractional ms is truncated, never an error. */
 export function wholeMs(value: number): number {

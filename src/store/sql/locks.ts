@@ -6,6 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import {
   GRANT_HISTORY,
+  MIN_REPLAY_MS,
   type AcquireRequest,
   type AcquireResult,
   type GrantRecord,
@@ -18,9 +19,6 @@ import {
 import { big, bigOrNull, maxBig, ms, msOrNull, one, type SqlContext } from './context.js';
 import type { AcquireContextRow, GrantRow, LockRow, RenewRow } from './queries.js';
 import { MAX_TOKEN } from '../../tokens.js';
-
-/** Idempotency records are kept at least this long (and at least the lease's ttl). */
-export const MIN_REPLAY_MS = 10 * 60 * 1000;
 
 /** Durations reach SQL as bigint; a fractional ms is truncated, never a cast error. */
 function wholeMs(value: number): number {
