@@ -24,7 +24,7 @@ export interface SqlExecutor {
 }
 
 export interface SqlDriver extends SqlExecutor {
-  readonly kind: 'postgres' | 'embedded';
+  readonly kind: 'postgres';
   /** Where the data lives, for messages (no credentials). */
   readonly where: string;
   /**

@@ -44,10 +44,8 @@ const PRUNE_MAX_BATCHES = 500;
 
 export interface SqlStoreOptions {
   namespace: string;
-  /** Extra words for health().detail, e.g. the embedded store's durability mode. */
+  /** Extra words for health().detail, e.g. the server's durability settings. */
   detail?: string;
-  /** Runs after the driver closed (the embedded store releases its directory lock). */
-  onClose?: () => void;
   /** How admissions and finishes are grouped into statements (batcher.ts). */
   batching: BatcherOptions;
 }
@@ -58,7 +56,6 @@ export class SqlStore implements Store {
   private readonly notifier: KeyNotifier;
   private readonly batcher: FenceBatcher;
   private readonly detail: string;
-  private readonly onClose: () => void;
   private pruning: Promise<void> | null = null;
   // Housekeeping timer only: never used to judge a lease.
   private lastPrune = 0;
@@ -75,7 +72,6 @@ export class SqlStore implements Store {
       opts.batching,
     );
     this.detail = `${driver.where}, schema "${opts.namespace}"${opts.detail ? `, ${opts.detail}` : ''}`;
-    this.onClose = opts.onClose ?? ((): void => undefined);
   }
 
   /**
@@ -195,11 +191,7 @@ export class SqlStore implements Store {
     this.closing ??= (async () => {
       this.notifier.clear();
       if (this.pruning) await this.pruning;
-      try {
-        await this.ctx.driver.close();
-      } finally {
-        this.onClose();
-      }
+      await this.ctx.driver.close();
     })();
     return this.closing;
   }
