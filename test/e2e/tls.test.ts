@@ -7,9 +7,15 @@ import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dropRedisPrefix, randomNamespace, waitFor } from '../helpers/e2e.js';
-import { freePort, runCli, startFencegate, type FencegateProcess } from '../helpers/procs.js';
-import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
-import { httpsRequest, keepAliveAgent, makeTestCerts, type TestCerts } from '../helpers/tls-certs.js';
+import { runCli, startFencegate, type FencegateProcess } from '../helpers/procs.js';
+import type { RedisServer } from '../helpers/redis-server.js';
+import {
+  httpsRequest,
+  keepAliveAgent,
+  makeTestCerts,
+  startTlsRedis,
+  type TestCerts,
+} from '../helpers/tls-certs.js';
 
 let certs: TestCerts;
 let fg: FencegateProcess;
@@ -160,22 +166,7 @@ describe('fencegate epoch bump on rediss:// with --store-ca', () => {
   let url: string;
 
   beforeAll(async () => {
-    const tlsPort = await freePort();
-    redis = await startRedisServer([
-      '--port',
-      '0',
-      '--tls-port',
-      String(tlsPort),
-      '--tls-cert-file',
-      certs.server.cert,
-      '--tls-key-file',
-      certs.server.key,
-      '--tls-ca-cert-file',
-      certs.ca.cert,
-      '--tls-auth-clients',
-      'no',
-    ]);
-    url = `rediss://127.0.0.1:${tlsPort}`;
+    ({ redis, url } = await startTlsRedis(certs));
   }, 30_000);
 
   afterAll(async () => {

@@ -9,6 +9,8 @@ import { X509Certificate } from 'node:crypto';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePort } from './procs.js';
+import { startRedisServer, type RedisServer } from './redis-server.js';
 
 export interface KeyPairFiles {
   cert: string;
@@ -194,4 +196,27 @@ export async function keepAliveAgent(ca: string, client?: KeyPairFiles): Promise
     ca: readFileSync(ca),
     ...(client ? { cert: readFileSync(client.cert), key: readFileSync(client.key) } : {}),
   });
+}
+
+/**
+ * A redis-server of the test's own that speaks TLS only (its plain port off), with the
+ * server certificate of `certs`; clients need no certificate. Stop it with `redis.stop()`.
+ */
+export async function startTlsRedis(certs: TestCerts): Promise<{ redis: RedisServer; url: string }> {
+  const tlsPort = await freePort();
+  const redis = await startRedisServer([
+    '--port',
+    '0',
+    '--tls-port',
+    String(tlsPort),
+    '--tls-cert-file',
+    certs.server.cert,
+    '--tls-key-file',
+    certs.server.key,
+    '--tls-ca-cert-file',
+    certs.ca.cert,
+    '--tls-auth-clients',
+    'no',
+  ]);
+  return { redis, url: `rediss://127.0.0.1:${tlsPort}` };
 }

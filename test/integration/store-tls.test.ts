@@ -16,10 +16,9 @@ import { startServer } from '../../src/server.js';
 import { openStore, type Store } from '../../src/store/index.js';
 import { pgConnection } from '../../src/store/sql/pg-ssl.js';
 import { dropPostgresSchema, randomNamespace, SHARED_POSTGRES } from '../helpers/e2e.js';
-import { freePort } from '../helpers/procs.js';
-import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import type { RedisServer } from '../helpers/redis-server.js';
 import { startCluster, type Cluster } from '../helpers/sql-cluster.js';
-import { makeTestCerts, type TestCerts } from '../helpers/tls-certs.js';
+import { makeTestCerts, startTlsRedis, type TestCerts } from '../helpers/tls-certs.js';
 
 let certs: TestCerts;
 
@@ -39,23 +38,7 @@ describe('Redis over TLS (rediss://)', () => {
   let url: string;
 
   beforeAll(async () => {
-    const tlsPort = await freePort();
-    // TLS only: the plain port is off (0), clients need no certificate.
-    redis = await startRedisServer([
-      '--port',
-      '0',
-      '--tls-port',
-      String(tlsPort),
-      '--tls-cert-file',
-      certs.server.cert,
-      '--tls-key-file',
-      certs.server.key,
-      '--tls-ca-cert-file',
-      certs.ca.cert,
-      '--tls-auth-clients',
-      'no',
-    ]);
-    url = `rediss://127.0.0.1:${tlsPort}`;
+    ({ redis, url } = await startTlsRedis(certs));
   }, 30_000);
 
   afterAll(async () => {
