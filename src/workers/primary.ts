@@ -236,9 +236,11 @@ export async function startPrimary(
       keys.close();
       keys.watch(undefined, reloadKeys);
     }
+    // A reload is counted and logged once every worker has it: "policies reloaded" then
+    // means the new policy is what every process serves.
     core.policy.watch((result) => {
-      reloaded(result, 'watch');
-      if (result.ok) void reloadWorkers();
+      if (result.ok) void reloadWorkers().then(() => reloaded(result, 'watch'));
+      else reloaded(result, 'watch');
     });
     core.closers.unshift(async () => core.policy.unwatch());
     logStore(core);
@@ -253,9 +255,9 @@ export async function startPrimary(
         reloadTls(core, trigger, ['control listener']);
         void Promise.all(ready().map((w) => asker.ask(w, 'reload-tls', 30_000)));
         reloadAuth(auth, core);
-        const result = reloaded(await core.policy.reload(), trigger);
+        const result = await core.policy.reload();
         if (result.ok) await reloadWorkers();
-        return result;
+        return reloaded(result, trigger);
       },
       async close() {
         core.policy.unwatch();
