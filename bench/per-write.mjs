@@ -119,6 +119,7 @@ async function measure(build, mode, env) {
   const nodeArgs = opt['gc-trace']
     ? ['--max-semi-space-size=1', '--min-semi-space-size=1', '--trace-gc']
     : ['--max-semi-space-size=32']; // what bin/fencegate.js runs with
+  if (process.env.FG_GATEWAY_NODE_ARGS) nodeArgs.push(...process.env.FG_GATEWAY_NODE_ARGS.split(' '));
   const gw = await start(
     process.execPath,
     [
@@ -135,6 +136,8 @@ async function measure(build, mode, env) {
       '127.0.0.1:0',
       '--log-level',
       'error',
+      '--workers',
+      '1', // one process: its /proc counters are the whole gateway
     ],
     /listening data=([^\s"]+) control=([^\s"]+)/,
   );
