@@ -76,6 +76,15 @@ async function cpuUs(pid) {
   return (Number(f[11]) + Number(f[12])) * 10_000;
 }
 
+/** Kernel-side counters of a process: system CPU (µs), read and write system calls. */
+async function kernelCounters(pid) {
+  const t = await readFile(`/proc/${pid}/stat`, 'utf8');
+  const f = t.slice(t.lastIndexOf(')') + 2).split(' ');
+  const io = await readFile(`/proc/${pid}/io`, 'utf8');
+  const n = (k) => Number(new RegExp(`${k}: ([0-9]+)`).exec(io)[1]);
+  return { sys: Number(f[12]) * 10_000, syscalls: n('syscr') + n('syscw') };
+}
+
 async function redisCounters(redis) {
   let commands = 0;
   for (const line of (await redis.info('commandstats')).split('\n')) {
@@ -177,6 +186,7 @@ async function measure(build, mode, env) {
   await load(pool, WRITES, paths, tokens, want); // warm-up
   const scavengesBefore = (gw.seen.text.match(/Scavenge/g) ?? []).length;
   const before = {
+    ...(await kernelCounters(gw.child.pid)),
     gw: await cpuUs(gw.child.pid),
     redis: await cpuUs(env.redisPid),
     ...(await redisCounters(env.redis)),
@@ -185,6 +195,7 @@ async function measure(build, mode, env) {
   const bad = await load(pool, WRITES, paths, tokens, want);
   const ms = performance.now() - started;
   const after = {
+    ...(await kernelCounters(gw.child.pid)),
     gw: await cpuUs(gw.child.pid),
     redis: await cpuUs(env.redisPid),
     ...(await redisCounters(env.redis)),
@@ -193,6 +204,8 @@ async function measure(build, mode, env) {
   await pool.close();
   gw.child.kill('SIGTERM');
   await once(gw.child, 'exit');
+  // FG_GATEWAY_OUTPUT=FILE keeps the gateway's output (e.g. with --trace-deopt in FG_GATEWAY_NODE_ARGS).
+  if (process.env.FG_GATEWAY_OUTPUT) await writeFile(process.env.FG_GATEWAY_OUTPUT, gw.seen.text, { flag: 'a' });
   const per = (k) => (after[k] - before[k]) / WRITES;
   return {
     build,
@@ -200,6 +213,8 @@ async function measure(build, mode, env) {
     rps: Math.round((WRITES / ms) * 1000),
     bad,
     gwUs: per('gw'),
+    gwSysUs: per('sys'),
+    syscalls: per('syscalls'),
     redisUs: per('redis'),
     commands: per('commands'),
     reads: per('reads'),
@@ -218,7 +233,7 @@ async function main() {
       '--appendonly',
       'yes',
       '--appendfsync',
-      'always',
+      process.env.FG_APPENDFSYNC ?? 'always',
     ]),
     /Ready to accept connections/,
   );
@@ -247,12 +262,12 @@ async function main() {
   redis.disconnect();
   const f = (v, d = 1) => (v === null ? '–' : v.toFixed(d));
   process.stdout.write(
-    `| build | mode | writes/s | gateway µs | redis µs | Redis commands | Redis reads | scavenges /1k | bad |\n` +
-      `|---|---|---|---|---|---|---|---|---|\n` +
+    `| build | mode | writes/s | gateway µs | of which system | gateway reads+writes | redis µs | Redis commands | Redis reads | scavenges /1k | bad |\n` +
+      `|---|---|---|---|---|---|---|---|---|---|---|\n` +
       rows
         .map(
           (r) =>
-            `| ${r.build} | ${r.mode} | ${r.rps} | ${f(r.gwUs)} | ${f(r.redisUs)} | ${f(r.commands, 2)} | ${f(r.reads, 2)} | ${f(r.scavenges)} | ${r.bad} |`,
+            `| ${r.build} | ${r.mode} | ${r.rps} | ${f(r.gwUs)} | ${f(r.gwSysUs)} | ${f(r.syscalls, 2)} | ${f(r.redisUs)} | ${f(r.commands, 2)} | ${f(r.reads, 2)} | ${f(r.scavenges)} | ${r.bad} |`,
         )
         .join('\n') +
       '\n',

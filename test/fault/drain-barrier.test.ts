@@ -11,7 +11,7 @@
  * 4. A store clock step forward (+1 h) while T1 is in flight: Postgres under libfaketime
  *    with two gateways, and the embedded store (the gateway's own host clock). Redis cannot
  *    be staged here (libfaketime recurses in its allocator's clock_gettime at start); its
- *    scripts read no clock for in-flight entries at all (admit.lua, lower_inflight.lua).
+ *    scripts read no clock for in-flight entries at all (fence_batch.lua, lower_inflight.lua).
  *
  * In each, T2 (a later owner, through gateway 2) retries on 503 until it is forwarded, and
  * must never reach the upstream before T1 was applied (or, in 3, while gateway 1 could

@@ -168,7 +168,9 @@ describe('the scripts', () => {
       ['lease[4]', 'lease expiresAt (ms)'],
       ['cur[4]', 'lease expiresAt (ms)'],
       ['ttlMs', 'lease TTL (ms)'],
-      ['ARGV[2]', 'waitMs'],
+      ['ARGV[2]', 'waitMs (enqueue_waiter.lua); the number of locks (fence_batch.lua)'],
+      ['ARGV[j + 1]', 'a lock position in the batch (fence_batch.lua)'],
+      ['ARGV[i + 1]', 'a lock position in the batch (fence_batch.lua)'],
       ['ARGV[8]', 'grants remembered in the owners field (a count)'],
       ['tail[2]', 'queue position (zset score)'],
     ]);

@@ -124,19 +124,29 @@ export function parseInspect(reply: unknown, key: string): LockState | null {
   };
 }
 
-export function parseAdmit(reply: unknown): AdmitResult {
-  const r = new ReplyReader(reply, 'fg_admit_v2');
-  const status = r.str(0);
+/** The admission at position `at` of a fg_fence_batch_v1 reply (three elements). */
+export function parseAdmitAt(r: ReplyReader, at: number): AdmitResult {
+  const status = r.str(at);
   switch (status) {
     case 'ok':
-      return { ok: true, highest: r.token(1), lowerInflight: r.int(2) };
+      return { ok: true, highest: r.token(at + 1), lowerInflight: r.int(at + 2) };
     case 'stale':
     case 'forged':
     case 'lease-expired':
-      return { ok: false, reason: status, highest: r.optToken(1) };
+      return { ok: false, reason: status, highest: r.optToken(at + 1) };
+    case 'error':
+      throw r.bad(`admission failed: ${r.str(at + 1)}`);
     default:
-      throw r.bad(`status ${status}`);
+      throw r.bad(`admission status ${status}`);
   }
+}
+
+/** The finish at position `at` of a fg_fence_batch_v1 reply: whether the entry existed. */
+export function parseFinishAt(r: ReplyReader, at: number): boolean {
+  const v = r.str(at);
+  if (v !== '0' && v !== '1')
+    throw r.bad(v.startsWith('error: ') ? `finish failed: ${v.slice(7)}` : `element ${at} is not 0 or 1`);
+  return v === '1';
 }
 
 export function parseInflight(reply: unknown): InflightState {

@@ -11,7 +11,7 @@
 import { readFileSync } from 'node:fs';
 import type { Redis } from 'ioredis';
 
-/** Script name -> [file, number of KEYS]. */
+/** Script name -> [file, number of KEYS] (null: variable, passed as the call's first argument). */
 export const SCRIPTS = {
   fg_acquire_v3: ['acquire.lua', 5],
   fg_renew_v1: ['renew.lua', 1],
@@ -19,8 +19,7 @@ export const SCRIPTS = {
   fg_enqueue_waiter_v1: ['enqueue_waiter.lua', 2],
   fg_remove_waiter_v1: ['remove_waiter.lua', 2],
   fg_inspect_v1: ['inspect.lua', 5],
-  fg_admit_v2: ['admit.lua', 4],
-  fg_finish_v2: ['finish.lua', 1],
+  fg_fence_batch_v1: ['fence_batch.lua', null],
   fg_lower_inflight_v2: ['lower_inflight.lua', 1],
   fg_drop_inflight_v1: ['drop_inflight.lua', 1],
   fg_session_open_v1: ['session_open.lua', 1],
@@ -28,7 +27,7 @@ export const SCRIPTS = {
   fg_session_end_v1: ['session_end.lua', 1],
   fg_epoch_init_v1: ['epoch_init.lua', 1],
   fg_epoch_bump_v1: ['epoch_bump.lua', 1],
-} as const satisfies Record<string, readonly [string, number]>;
+} as const satisfies Record<string, readonly [string, number | null]>;
 
 export type ScriptName = keyof typeof SCRIPTS;
 
@@ -55,19 +54,8 @@ export interface FencegateCommands {
   fg_enqueue_waiter_v1(waitq: string, waitdl: string, waiterId: string, waitMs: string): Promise<unknown>;
   fg_remove_waiter_v1(waitq: string, waitdl: string, waiterId: string, channel: string): Promise<unknown>;
   fg_inspect_v1(ctr: string, lease: string, waitq: string, waitdl: string, fence: string): Promise<unknown>;
-  fg_admit_v2(
-    ctr: string,
-    lease: string,
-    fence: string,
-    inf: string,
-    globalFloor: string,
-    token: string,
-    check: string,
-    requestId: string,
-    session: string,
-    record: string,
-  ): Promise<unknown>;
-  fg_finish_v2(inf: string, requestId: string, channel: string): Promise<unknown>;
+  /** numberOfKeys, then that many KEYS, then ARGV (see fence_batch.lua). */
+  fg_fence_batch_v1(numberOfKeys: number, ...keysThenArgs: string[]): Promise<unknown>;
   fg_lower_inflight_v2(inf: string, token: string): Promise<unknown>;
   fg_drop_inflight_v1(inf: string, channel: string, ...sessions: string[]): Promise<unknown>;
   fg_session_open_v1(sessions: string, id: string, ttlMs: string): Promise<unknown>;
@@ -90,7 +78,7 @@ export function scriptSource(name: ScriptName): string {
   if (cache === null) {
     const lib = readScript('lib.lua');
     cache = new Map();
-    for (const [n, [file]] of Object.entries(SCRIPTS) as [ScriptName, readonly [string, number]][]) {
+    for (const [n, [file]] of Object.entries(SCRIPTS) as [ScriptName, readonly [string, number | null]][]) {
       cache.set(n, `${lib}\n${readScript(file)}`);
     }
   }
@@ -108,9 +96,12 @@ export function libSource(): string {
 export function defineScripts(client: Redis): FencegateRedis {
   for (const [name, [, numberOfKeys]] of Object.entries(SCRIPTS) as [
     ScriptName,
-    readonly [string, number],
+    readonly [string, number | null],
   ][]) {
-    client.defineCommand(name, { numberOfKeys, lua: scriptSource(name) });
+    client.defineCommand(name, {
+      ...(numberOfKeys === null ? {} : { numberOfKeys }),
+      lua: scriptSource(name),
+    });
   }
   return client as FencegateRedis;
 }

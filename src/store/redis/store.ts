@@ -37,7 +37,6 @@ import {
 } from './keys.js';
 import {
   parseAcquire,
-  parseAdmit,
   parseBeat,
   parseEpoch,
   parseInflight,
@@ -47,6 +46,7 @@ import {
 } from './replies.js';
 import { defineScripts, type FencegateRedis } from './scripts.js';
 import { Watcher } from './watch.js';
+import { FenceBatcher } from './fence-batch.js';
 
 /** Idempotency records live at least this long (and at least the lease TTL). */
 export const MIN_IDEMPOTENCY_MS = 10 * 60 * 1000;
@@ -55,26 +55,6 @@ const MAX_SCAN_PAGES = 200;
 const SCAN_COUNT = 500;
 
 type Epoch = { id: string; floor: FencingToken };
-
-/** The epoch re-read shared by the admissions of one batch: asked for while they are issued, sent after. */
-class SharedReread {
-  wanted = false;
-  private readonly reply: Promise<(string | null)[]>;
-  private settle!: (reply: Promise<(string | null)[]>) => void;
-
-  constructor() {
-    this.reply = new Promise((resolve) => (this.settle = resolve));
-  }
-
-  want(): Promise<(string | null)[]> {
-    this.wanted = true;
-    return this.reply;
-  }
-
-  send(reply: Promise<(string | null)[]>): void {
-    this.settle(reply);
-  }
-}
 
 /** How many locks' key names are kept built (see RedisStore.keys). */
 const KEY_NAMES_CACHED = 10_000;
@@ -90,8 +70,6 @@ class RedisStore implements Store {
   private readonly watcher: Watcher;
   private readonly epochKey: string;
   private readonly sessionsKey: string;
-  /** The global epoch floor as last read from Redis (see admit); null: read before admitting. */
-  private epochFloor: string | null = null;
   private closed = false;
 
   constructor(
@@ -103,44 +81,13 @@ class RedisStore implements Store {
     this.watcher = new Watcher(conn);
     this.epochKey = epochKey(prefix);
     this.sessionsKey = sessionsKey(prefix);
+    this.fence = new FenceBatcher(redis, this.epochKey, async () =>
+      formatToken((await this.currentEpoch()).floor),
+    );
   }
 
-  /**
-   * Request-path calls (admit, finish) wait for the end of the event loop's poll phase and
-   * are then issued together: with auto-pipelining they leave in one socket write, and
-   * Redis answers the batch after one AOF fsync, instead of one write (and one fsync) per
-   * request. Each call is still its own atomic script; the delay is one setImmediate.
-   */
-  private batch: (() => void)[] = [];
-  /** While a batch is being issued: the epoch re-read its admissions share (see admit). */
-  private batchReread: SharedReread | null = null;
-  private readonly flushBatch = (): void => {
-    const calls = this.batch;
-    this.batch = [];
-    const shared = new SharedReread();
-    this.batchReread = shared;
-    try {
-      for (const call of calls) call();
-    } finally {
-      this.batchReread = null;
-    }
-    // Sent after every admission of the batch, on the same connection: it shows the floor
-    // as it was at or after each of them ran.
-    if (shared.wanted) shared.send(this.redis.hmget(this.epochKey, 'floor'));
-  };
-
-  private batched<T>(fn: () => Promise<T>): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      const call = () => {
-        try {
-          fn().then(resolve, reject);
-        } catch (err) {
-          reject(err); // never skip the rest of the batch
-        }
-      };
-      if (this.batch.push(call) === 1) setImmediate(this.flushBatch);
-    });
-  }
+  /** Admissions and finishes, one script call per turn of the event loop (fence-batch.ts). */
+  private readonly fence: FenceBatcher;
 
   /**
    * The key names of recently used locks: a fenced write needs them twice (admit, finish),
@@ -302,92 +249,40 @@ class RedisStore implements Store {
   }
 
   /**
-   * Admission with the global epoch floor checked in one round trip instead of two.
-   *
-   * The admit script needs the global floor as an argument (the epoch record is not in
-   * the lock's hash slot, so the script cannot read it in a cluster). Rather than reading
-   * it before every admission, the floor last read (`epochFloor`) is passed, and the
-   * epoch record is read again in the same pipeline, behind the admission (one read for all
-   * the admissions of a batch, sent after the last of them, see flushBatch): on one
-   * connection Redis runs them in order, so the read shows the floor as it was at or
-   * after the admission ran. The floor never goes down (bump takes the max; a lost record
-   * is recreated from the clock, ADR 0002), so when the read equals the floor passed, the
-   * admission ran with the current floor. Otherwise (a bump happened; the record is gone)
-   * the admission is undone (its in-flight entry finished; the fence it may have raised
-   * stays below the new floor, so it admits nothing lower) and it is redone as before:
-   * read the epoch first, then admit. Even if ioredis re-sends the script after NOSCRIPT
-   * (the script then runs after the read), the read was sent after the request arrived,
-   * which is exactly the guarantee of reading first. A read that fails fails the
-   * admission (fail closed), and its entry is finished.
+   * Admission, batched with the other admissions and finishes of this turn of the event
+   * loop (fence-batch.ts, which also explains how the global epoch floor is checked
+   * without a read before every batch). When the floor changed under the batch, the
+   * admission is undone (its in-flight entry finished; a fence it raised stays below the
+   * new floor, so it admits nothing lower) and redone with the floor read first. A floor
+   * that could not be re-read fails the admission (fail closed), and its entry is finished.
    */
   async admit(req: AdmitRequest): Promise<AdmitResult> {
     const k = this.keys(req.lock);
     const token = formatToken(req.token);
-    const record = req.record ? '1' : '0';
-    const admitWith = async (floor: string) =>
-      parseAdmit(
-        await this.redis.fg_admit_v2(
-          k.ctr,
-          k.lease,
-          k.fence,
-          k.inf,
-          floor,
+    return this.run('admit', async () => {
+      for (;;) {
+        const { result, current } = await this.fence.admit(
+          k,
           token,
           req.check,
           req.requestId,
           req.session,
-          record,
-        ),
-      );
-    const admitting = async (): Promise<AdmitResult> => {
-      const cached = this.epochFloor;
-      if (cached !== null) {
-        const admitted = admitWith(cached);
-        // One re-read per batch, sent behind all its admissions (flushBatch); a call outside a
-        // batch sends its own.
-        const reread = this.batchReread?.want() ?? this.redis.hmget(this.epochKey, 'floor');
-        let result: AdmitResult;
-        try {
-          result = await admitted;
-        } catch (err) {
-          reread.catch(() => undefined);
-          throw err;
+          req.record,
+        );
+        if (current === true) return result;
+        const undo = result.ok && req.record;
+        if (current instanceof Error) {
+          if (undo) await this.fence.finish(k, req.requestId).catch(() => undefined); // else: its session's end drops it
+          throw current;
         }
-        let floor: string | null;
-        try {
-          floor = (await reread)[0] ?? null;
-        } catch (err) {
-          if (result.ok && req.record) await this.finishQuietly(k, req.requestId);
-          throw err;
-        }
-        if (floor === cached) return result;
-        // The floor moved or vanished: undo, and admit again with a floor read first.
-        this.epochFloor = null;
-        if (result.ok && req.record) {
-          await this.redis.fg_finish_v2(k.inf, req.requestId, k.channel);
-        }
+        if (undo) await this.fence.finish(k, req.requestId);
       }
-      const epoch = await this.currentEpoch();
-      const floor = formatToken(epoch.floor);
-      const result = await admitWith(floor);
-      this.epochFloor = floor;
-      return result;
-    };
-    return this.run('admit', () => this.batched(admitting));
-  }
-
-  private async finishQuietly(k: LockKeys, requestId: string): Promise<void> {
-    try {
-      await this.redis.fg_finish_v2(k.inf, requestId, k.channel);
-    } catch {
-      // The entry stops counting when this gateway's session ends.
-    }
+    });
   }
 
   /** Every fenced write's last call: without the async frames of run() (two promises fewer). */
   finish(lock: string, requestId: string): Promise<void> {
-    const k = this.keys(lock);
-    return this.batched(() => this.redis.fg_finish_v2(k.inf, requestId, k.channel)).then(
+    return this.fence.finish(this.keys(lock), requestId).then(
       () => undefined,
       (err: unknown) => {
         throw unavailable(this.conn, 'finish', err);
@@ -454,7 +349,7 @@ class RedisStore implements Store {
   }
 
   async bumpEpoch(): Promise<Epoch> {
-    this.epochFloor = null;
+    this.fence.floorChanged();
     return this.run('bumpEpoch', async () =>
       parseEpoch(await this.redis.fg_epoch_bump_v1(this.epochKey, randomUUID()), 'fg_epoch_bump_v1'),
     );
@@ -481,6 +376,7 @@ class RedisStore implements Store {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.fence.flushNow(); // finishes still lingering go out before QUIT
     await this.watcher.close();
     try {
       await this.conn.client.quit();

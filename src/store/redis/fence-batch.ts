@@ -1,0 +1,249 @@
+/**
+ * The fenced write path's two store calls, admit and finish, gathered per turn of the
+ * event loop and sent as one `fg_fence_batch_v1` script call (scripts/fence_batch.lua).
+ *
+ * A batch is what a pipeline of single calls would be, run by Redis as one command: the
+ * operations apply in call order, each answered as if it ran alone at that point, and the
+ * whole batch is atomic. It costs the gateway one command object and one reply to parse
+ * for every write of the turn instead of two per write, and Redis one command dispatch,
+ * one reply and one AOF write (docs/stores-redis.md, "Fence batches").
+ *
+ * The global epoch floor. The script gets the floor as an argument (the epoch record is
+ * in no lock's hash slot, so a script could not read it in a cluster). The floor last read
+ * is passed, and the epoch record is read again right behind the batch on the same
+ * connection: Redis runs the two in order, so the read shows the floor as it was at or
+ * after the admissions ran. The floor never goes down (ADR 0002), so when the read equals
+ * the floor passed, the admissions ran with the current floor; otherwise each admission is
+ * told so (`current: false`) and RedisStore.admit undoes and redoes it. With no floor read
+ * yet (start, or after a change), the epoch is read first and the batch sent after it.
+ */
+import type { AdmitResult } from '../types.js';
+import type { LockKeys } from './keys.js';
+import { parseAdmitAt, parseFinishAt, ReplyReader } from './replies.js';
+import type { FencegateRedis } from './scripts.js';
+
+export interface BatchedAdmit {
+  result: AdmitResult;
+  /**
+   * true: the admission ran with the current epoch floor. false: the floor changed (the
+   * admission must be undone and redone). An Error: the floor could not be re-read
+   * (the admission must be undone and fail).
+   */
+  current: boolean | Error;
+}
+
+type Settle =
+  | { admit: true; resolve: (v: BatchedAdmit) => void; reject: (e: unknown) => void }
+  | {
+      admit: false;
+      resolve: (existed: boolean) => void;
+      reject: (e: unknown) => void;
+    };
+
+/** One turn's operations, encoded as the script's KEYS and ARGV as they arrive. */
+class Batch {
+  readonly keys: string[] = [];
+  readonly channels: string[] = [];
+  readonly args: string[] = [];
+  readonly settles: Settle[] = [];
+  admits = 0;
+  private readonly positions = new Map<string, string>();
+
+  /** The lock's 1-based position in KEYS (four keys each), as an ARGV string. */
+  lock(k: LockKeys): string {
+    let pos = this.positions.get(k.inf);
+    if (pos === undefined) {
+      this.keys.push(k.ctr, k.lease, k.fence, k.inf);
+      this.channels.push(k.channel);
+      pos = String(this.channels.length);
+      this.positions.set(k.inf, pos);
+    }
+    return pos;
+  }
+}
+
+/**
+ * How long finishes wait for an admission to ride with, at most (ms). Under load the next
+ * turn's admissions take them along, so a write costs about one script call instead of
+ * two; when no admission comes they go alone after this delay. A finish that waits only
+ * keeps its entry counting a little longer: a higher token's write may wait at the drain
+ * barrier up to this much longer, never shorter (ADR 0003).
+ */
+export const FINISH_LINGER_MS = 2;
+
+export class FenceBatcher {
+  /** The global epoch floor as last read; null: read it before the next admissions. */
+  private floor: string | null = null;
+  private pending: Batch | null = null;
+  /** Armed while the pending batch holds finishes only; an admission flushes at once instead. */
+  private linger: NodeJS.Timeout | null = null;
+  private immediate = false;
+  /**
+   * A batch is at Redis (sent, not yet answered). The next one waits for its answer, and
+   * grows meanwhile: under load a script call carries more writes, and Redis (one AOF
+   * fsync per turn of its event loop) syncs less often per write. Idle, nothing waits.
+   */
+  private sending = false;
+
+  constructor(
+    private readonly redis: FencegateRedis,
+    private readonly epochKey: string,
+    /** Reads the epoch's floor (recreating a lost record): the slow path. */
+    private readonly readFloor: () => Promise<string>,
+  ) {}
+
+  admit(
+    k: LockKeys,
+    token: string,
+    check: string,
+    requestId: string,
+    session: string,
+    record: boolean,
+  ): Promise<BatchedAdmit> {
+    const b = this.batch();
+    b.args.push('a', b.lock(k), token, check, requestId, session, record ? '1' : '0');
+    b.admits++;
+    if (!this.immediate) {
+      this.immediate = true;
+      setImmediate(this.flush);
+    }
+    return new Promise<BatchedAdmit>((resolve, reject) => b.settles.push({ admit: true, resolve, reject }));
+  }
+
+  /** Removes an in-flight entry; true when it existed. */
+  finish(k: LockKeys, requestId: string): Promise<boolean> {
+    const b = this.batch();
+    b.args.push('f', b.lock(k), requestId);
+    return new Promise<boolean>((resolve, reject) => b.settles.push({ admit: false, resolve, reject }));
+  }
+
+  /** Forgets the floor: the next admissions read the epoch first. */
+  floorChanged(): void {
+    this.floor = null;
+  }
+
+  /** Sends what is pending now, even behind a batch in flight (the store is closing). */
+  flushNow(): void {
+    this.sending = false;
+    this.flush();
+  }
+
+  private batch(): Batch {
+    let b = this.pending;
+    if (b === null) {
+      b = this.pending = new Batch();
+      // Finishes only so far: wait a little for admissions (admit() flushes sooner).
+      this.linger = setTimeout(this.lingered, FINISH_LINGER_MS);
+    }
+    return b;
+  }
+
+  private readonly lingered = (): void => {
+    this.linger = null;
+    this.flush();
+  };
+
+  /** The batch in flight was answered (or failed): send what gathered meanwhile, if due. */
+  private readonly sent = (): void => {
+    this.sending = false;
+    const b = this.pending;
+    if (b !== null && (b.admits > 0 || this.linger === null)) this.flush();
+  };
+
+  private readonly flush = (): void => {
+    this.immediate = false;
+    if (this.sending) return; // sent() sends it
+    const b = this.pending;
+    this.pending = null;
+    this.immediate = false;
+    if (this.linger !== null) {
+      clearTimeout(this.linger);
+      this.linger = null;
+    }
+    if (b === null) return;
+    this.sending = true;
+    const floor = this.floor;
+    if (b.admits === 0) {
+      // Finishes only: no floor involved ('0' is below every floor, and unused).
+      this.send(b, '0', null);
+    } else if (floor !== null) {
+      this.send(b, floor, this.redis.hmget(this.epochKey, 'floor'));
+    } else {
+      // Batches sent while this read is pending read their own: each batch's admissions
+      // are only ordered against their own finishes and redos, which come later anyway.
+      this.readFloor().then(
+        (read) => {
+          this.floor = read;
+          this.send(b, read, null);
+        },
+        (err: unknown) => {
+          this.sent();
+          fail(b, err);
+        },
+      );
+    }
+  };
+
+  /** Sends the batch with `floor`; `reread`: the epoch read queued right behind it, if any. */
+  private send(b: Batch, floor: string, reread: Promise<(string | null)[]> | null): void {
+    const reply = this.redis.fg_fence_batch_v1(
+      b.keys.length,
+      ...b.keys,
+      floor,
+      String(b.channels.length),
+      ...b.channels,
+      ...b.args,
+    );
+    reply.then(
+      async (value) => {
+        let current: boolean | Error = true;
+        if (reread !== null) {
+          try {
+            current = ((await reread)[0] ?? null) === floor;
+            if (!current && this.floor === floor) this.floor = null;
+          } catch (err) {
+            current = err instanceof Error ? err : new Error(String(err));
+          }
+        }
+        this.sent();
+        settle(b, value, current);
+      },
+      (err: unknown) => {
+        reread?.catch(() => undefined);
+        this.sent();
+        fail(b, err);
+      },
+    );
+  }
+}
+
+function settle(b: Batch, value: unknown, current: boolean | Error): void {
+  let r: ReplyReader;
+  try {
+    r = new ReplyReader(value, 'fg_fence_batch_v1');
+  } catch (err) {
+    fail(b, err);
+    return;
+  }
+  let at = 0;
+  for (const s of b.settles) {
+    try {
+      if (s.admit) {
+        const result = parseAdmitAt(r, at);
+        at += 3;
+        s.resolve({ result, current });
+      } else {
+        const existed = parseFinishAt(r, at);
+        at += 1;
+        s.resolve(existed);
+      }
+    } catch (err) {
+      s.reject(err);
+      at += s.admit ? 3 : 1;
+    }
+  }
+}
+
+function fail(b: Batch, err: unknown): void {
+  for (const s of b.settles) s.reject(err);
+}

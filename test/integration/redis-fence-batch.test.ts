@@ -1,0 +1,121 @@
+/**
+ * Fence batches on Redis (src/store/redis/fence-batch.ts, scripts/fence_batch.lua): the
+ * admissions and finishes called in one turn of the event loop go to Redis as one script
+ * call, yet every caller gets the answer it would have got had the calls run one after
+ * another in call order (checked against the model in test/helpers/fence-model.ts over
+ * seeded rounds); a call that fails inside a batch fails alone; and a turn's calls really
+ * are one command (counted on a private redis-server).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { StoreUnavailableError } from '../../src/errors.js';
+import { lockKeys } from '../../src/store/redis/keys.js';
+import { openRedisStore } from '../../src/store/redis/store.js';
+import type { Store } from '../../src/store/types.js';
+import { concurrentRounds, setUp } from '../helpers/fence-model.js';
+import { openTestRedisStore, type OpenedRedisStore } from '../helpers/redis-fixture.js';
+import { redisCall } from '../helpers/redis-seed.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+
+/** Redis drops an ended session's entries lazily: its admissions still count them. */
+const RULES = { endedSessionsCount: true };
+
+describe('fence batches: redis', () => {
+  let t: OpenedRedisStore;
+  beforeAll(async () => {
+    t = await openTestRedisStore();
+  });
+  afterAll(async () => {
+    await t?.close();
+  });
+
+  it.each([1, 2, 3, 4, 5, 6])(
+    'concurrent calls get the verdicts of the same calls in sequence (seed %i)',
+    async (seed) => {
+      await concurrentRounds(t.store, seed, RULES);
+    },
+    120_000,
+  );
+
+  it('a call that fails inside a batch fails alone; the others are answered and applied', async () => {
+    const store = t.store;
+    const model = await setUp(store, 'one', RULES);
+    const ta = model.locks.get('one:a')?.tokens[3] ?? 0n;
+    const tb = model.locks.get('one:b')?.tokens[3] ?? 0n;
+    const base = { check: 'token' as const, session: 'one-live', record: true };
+    expect(await store.admit({ ...base, lock: 'one:b', token: tb, requestId: 'before' })).toMatchObject({
+      ok: true,
+    });
+    // Lock c's fence key holds a hash: its GET fails with WRONGTYPE inside the script.
+    const tc = model.locks.get('one:c')?.tokens[3] ?? 0n;
+    await redisCall(t.url, 'HSET', lockKeys(t.prefix, 'one:c').fence, 'x', '1');
+    const outcomes = await Promise.allSettled([
+      store.finish('one:b', 'before'),
+      store.admit({ ...base, lock: 'one:a', token: ta, requestId: 'x1' }),
+      store.admit({ ...base, lock: 'one:c', token: tc, requestId: 'x2' }),
+      store.admit({ ...base, lock: 'one:b', token: tb, requestId: 'x3' }),
+    ]);
+    expect(outcomes[0]).toEqual({ status: 'fulfilled', value: undefined });
+    expect(outcomes[1]).toEqual({ status: 'fulfilled', value: { ok: true, highest: ta, lowerInflight: 0 } });
+    expect(outcomes[2]?.status).toBe('rejected');
+    if (outcomes[2]?.status === 'rejected') {
+      expect(outcomes[2].reason).toBeInstanceOf(StoreUnavailableError);
+      expect(String(outcomes[2].reason.message)).toMatch(/WRONGTYPE/);
+    }
+    expect(outcomes[3]).toEqual({ status: 'fulfilled', value: { ok: true, highest: tb, lowerInflight: 0 } });
+    // Applied: a's fence moved, b has only x3 in flight, c has nothing.
+    expect((await store.inspect('one:a'))?.highest).toBe(ta);
+    expect((await store.lowerInflight('one:b', tb + 1n)).count).toBe(1);
+    expect(Number(await redisCall(t.url, 'HLEN', lockKeys(t.prefix, 'one:c').inf))).toBe(0);
+  });
+});
+
+describe('fence batches: one script call per turn (private redis-server)', () => {
+  let server: RedisServer;
+  let store: Store;
+  beforeAll(async () => {
+    server = await startRedisServer();
+    store = await openRedisStore(server.url, { namespace: 'fb', allowVolatileRedis: true });
+  }, 30_000);
+  afterAll(async () => {
+    await store?.close();
+    await server?.stop();
+  });
+
+  /** Calls of each command since the last reset. */
+  async function commandCalls(): Promise<Map<string, number>> {
+    const info = String(await redisCall(server.url, 'INFO', 'commandstats'));
+    const out = new Map<string, number>();
+    for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) out.set(m[1] ?? '', Number(m[2]));
+    return out;
+  }
+
+  it('sends 40 admissions and 40 finishes called in one turn as one script call each', async () => {
+    const model = await setUp(store, 'turn', RULES);
+    const tokens = ['turn:a', 'turn:b'].map((k) => model.locks.get(k)?.tokens[3] ?? 0n);
+    const admit = (i: number) =>
+      store.admit({
+        lock: i % 2 === 0 ? 'turn:a' : 'turn:b',
+        token: tokens[i % 2] ?? 0n,
+        check: 'token',
+        requestId: `r${i}`,
+        session: 'turn-live',
+        record: true,
+      });
+    // Warm: the first batch reads the epoch floor before it is sent.
+    await admit(-2);
+    await store.finish('turn:a', 'r-2');
+    await redisCall(server.url, 'CONFIG', 'RESETSTAT');
+    const ids = Array.from({ length: 40 }, (_, i) => i);
+    const admitted = await Promise.all(ids.map(admit));
+    expect(admitted.every((r) => r.ok)).toBe(true);
+    await Promise.all(ids.map((i) => store.finish(i % 2 === 0 ? 'turn:a' : 'turn:b', `r${i}`)));
+    const calls = await commandCalls();
+    // One script call per turn (with its epoch re-read behind the admissions), not 80.
+    expect(calls.get('evalsha')).toBe(2);
+    expect(calls.get('hmget')).toBe(1 + 40); // the re-read, and one HMGET of ctr per admission inside the script
+    expect(calls.get('hdel')).toBe(40);
+    expect(calls.get('publish')).toBe(2); // one per lock that had finishes
+    for (const k of ['turn:a', 'turn:b'])
+      expect((await store.lowerInflight(k, 2n ** 63n - 1n)).count).toBe(0);
+  });
+});
