@@ -53,16 +53,14 @@ export class StoreGuard {
    * Admission. If the call fails or times out on our side but the store admits it
    * later, the orphaned in-flight entry is finished so it does not hold back others.
    */
-  async admit(req: AdmitRequest): Promise<AdmitResult> {
+  admit(req: AdmitRequest): Promise<AdmitResult> {
     let pending: Promise<AdmitResult> | undefined;
-    try {
-      return await this.call('admit', () => (pending = this.store.admit(req)));
-    } catch (err) {
+    return this.call('admit', () => (pending = this.store.admit(req))).catch((err: unknown) => {
       if (req.record && pending !== undefined) {
         pending.then((r) => (r.ok ? this.finish(req.lock, req.requestId) : undefined)).catch(() => undefined);
       }
       throw err;
-    }
+    });
   }
 
   lowerInflight(lock: string, token: bigint) {
@@ -114,16 +112,17 @@ export class StoreGuard {
     this.breaker.shutdown();
   }
 
-  private async call<T>(op: string, fn: () => Promise<T>): Promise<T> {
-    try {
-      return await this.breaker.fire(() => {
+  /** Promise chains rather than async frames: every fenced admission comes through here. */
+  private call<T>(op: string, fn: () => Promise<T>): Promise<T> {
+    return this.breaker
+      .fire(() => {
         const p = fn();
         p.catch(() => undefined); // a call that outlives the breaker's timeout must not go unhandled
         return p;
+      })
+      .catch((err: unknown) => {
+        throw this.unavailable(err, op);
       });
-    } catch (err) {
-      throw this.unavailable(err, op);
-    }
   }
 
   private unavailable(err: unknown, op: string): ProblemError {

@@ -46,7 +46,7 @@ import {
 } from './replies.js';
 import { defineScripts, type FencegateRedis } from './scripts.js';
 import { Watcher } from './watch.js';
-import { FenceBatcher } from './fence-batch.js';
+import { FenceBatcher, type BatchedAdmit } from './fence-batch.js';
 
 /** Idempotency records live at least this long (and at least the lease TTL). */
 export const MIN_IDEMPOTENCY_MS = 10 * 60 * 1000;
@@ -256,27 +256,44 @@ class RedisStore implements Store {
    * new floor, so it admits nothing lower) and redone with the floor read first. A floor
    * that could not be re-read fails the admission (fail closed), and its entry is finished.
    */
-  async admit(req: AdmitRequest): Promise<AdmitResult> {
+  admit(req: AdmitRequest): Promise<AdmitResult> {
     const k = this.keys(req.lock);
     const token = formatToken(req.token);
+    // Without the async frames of run() on the path every fenced write takes.
+    return this.fence.admit(k, token, req.check, req.requestId, req.session, req.record).then(
+      (first) => (first.current === true ? first.result : this.admitAgain(k, token, req, first)),
+      (err: unknown) => {
+        throw unavailable(this.conn, 'admit', err);
+      },
+    );
+  }
+
+  /** The floor changed under the admission's batch (or could not be re-read): undo, and redo or fail. */
+  private admitAgain(
+    k: LockKeys,
+    token: string,
+    req: AdmitRequest,
+    first: BatchedAdmit,
+  ): Promise<AdmitResult> {
     return this.run('admit', async () => {
-      for (;;) {
-        const { result, current } = await this.fence.admit(
-          k,
-          token,
-          req.check,
-          req.requestId,
-          req.session,
-          req.record,
-        );
-        if (current === true) return result;
+      let { result, current } = first;
+      while (current !== true) {
         const undo = result.ok && req.record;
         if (current instanceof Error) {
           if (undo) await this.fence.finish(k, req.requestId).catch(() => undefined); // else: its session's end drops it
           throw current;
         }
         if (undo) await this.fence.finish(k, req.requestId);
+        ({ result, current } = await this.fence.admit(
+          k,
+          token,
+          req.check,
+          req.requestId,
+          req.session,
+          req.record,
+        ));
       }
+      return result;
     });
   }
 
