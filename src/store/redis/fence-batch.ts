@@ -100,7 +100,7 @@ export class FenceBatcher {
     session: string,
     record: boolean,
   ): Promise<BatchedAdmit> {
-    const b = this.batch();
+    const b = this.batch(false);
     b.args.push('a', b.lock(k), token, check, requestId, session, record ? '1' : '0');
     b.admits++;
     if (!this.immediate) {
@@ -112,7 +112,7 @@ export class FenceBatcher {
 
   /** Removes an in-flight entry; true when it existed. */
   finish(k: LockKeys, requestId: string): Promise<boolean> {
-    const b = this.batch();
+    const b = this.batch(true);
     b.args.push('f', b.lock(k), requestId);
     return new Promise<boolean>((resolve, reject) => b.settles.push({ admit: false, resolve, reject }));
   }
@@ -128,12 +128,12 @@ export class FenceBatcher {
     this.flush();
   }
 
-  private batch(): Batch {
+  /** The pending batch; a new one begun by a finish waits a little for admissions. */
+  private batch(byFinish: boolean): Batch {
     let b = this.pending;
     if (b === null) {
       b = this.pending = new Batch();
-      // Finishes only so far: wait a little for admissions (admit() flushes sooner).
-      this.linger = setTimeout(this.lingered, FINISH_LINGER_MS);
+      if (byFinish) this.linger = setTimeout(this.lingered, FINISH_LINGER_MS);
     }
     return b;
   }
@@ -147,6 +147,7 @@ export class FenceBatcher {
   private readonly sent = (): void => {
     this.sending = false;
     const b = this.pending;
+    // Admissions go now; finishes alone once their linger is over (or it never began).
     if (b !== null && (b.admits > 0 || this.linger === null)) this.flush();
   };
 
