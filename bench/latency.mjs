@@ -28,16 +28,22 @@ const pct = (sorted, q) =>
 
 /**
  * @param gen       a started pacedGenerator()
- * @param setups    { name: job } (job: origin, base, tokens; see paced.mjs)
+ * @param setups    { name: job } (job: origin, base, tokens; see paced.mjs; `probe`, optional:
+ *                  an async function returning counters, read before and after each of the
+ *                  setup's slices, whose differences are summed into the result's `probe`;
+ *                  `pids`, optional: { role: pid } of the setup's own processes)
  * @param opts      { rate, slices, sliceSeconds, warmupSeconds, connections,
- *                    pids: { role: pid }, cpuUs: (pid) => Promise<µs> }
+ *                    pids: { role: pid } common to all setups, cpuUs: (pid) => Promise<µs> }
  * @returns { name: { rps, total, bad, p50, p99, p999, max, sliceP99: [..], sendLagP99Ms,
  *            eldP99Ms, eldMaxMs, pressurePct, cpu: { role: µs per request } } }
  */
 export async function interleaved(gen, setups, opts) {
   const { rate, slices, sliceSeconds, warmupSeconds = 2, connections = 32, pids, cpuUs } = opts;
   const names = Object.keys(setups);
-  for (const name of names) await gen.run({ ...setups[name], rate, seconds: warmupSeconds, connections });
+  for (const name of names) {
+    const { probe: _probe, pids: _pids, ...job } = setups[name];
+    await gen.run({ ...job, rate, seconds: warmupSeconds, connections });
+  }
   const acc = Object.fromEntries(
     names.map((n) => [
       n,
@@ -52,6 +58,7 @@ export async function interleaved(gen, setups, opts) {
         eldMax: 0,
         pressure: 0,
         cpu: {},
+        probe: {},
       },
     ]),
   );
@@ -60,14 +67,22 @@ export async function interleaved(gen, setups, opts) {
     const order = names.map((_, i) => names[(i + round) % names.length]);
     for (const name of order) {
       const a = acc[name];
+      const { probe, pids: own = {}, ...job } = setups[name];
+      // The processes common to every setup, and the setup's own (its proxy, its store).
+      const roles = { ...pids, ...own };
       const before = {};
-      for (const [role, pid] of Object.entries(pids)) before[role] = await cpuUs(pid);
+      for (const [role, pid] of Object.entries(roles)) before[role] = await cpuUs(pid);
+      const probeBefore = probe ? await probe() : {};
       const pressureBefore = await cpuPressureUs();
       const t0 = performance.now();
-      const r = await gen.run({ ...setups[name], rate, seconds: sliceSeconds, connections });
+      const r = await gen.run({ ...job, rate, seconds: sliceSeconds, connections });
       const wall = performance.now() - t0;
       const pressureAfter = await cpuPressureUs();
-      for (const [role, pid] of Object.entries(pids)) {
+      if (probe) {
+        for (const [k, v] of Object.entries(await probe()))
+          a.probe[k] = (a.probe[k] ?? 0) + v - (probeBefore[k] ?? 0);
+      }
+      for (const [role, pid] of Object.entries(roles)) {
         a.cpu[role] = (a.cpu[role] ?? 0) + ((await cpuUs(pid)) - before[role]);
       }
       if (pressureBefore !== null && pressureAfter !== null)
@@ -101,6 +116,7 @@ export async function interleaved(gen, setups, opts) {
       eldMaxMs: a.eldMax,
       pressurePct: (100 * a.pressure) / a.elapsed,
       cpu: Object.fromEntries(Object.entries(a.cpu).map(([role, us]) => [role, us / Math.max(1, a.total)])),
+      probe: a.probe,
     };
   }
   return out;

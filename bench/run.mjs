@@ -264,6 +264,66 @@ async function withCpu(roles, fn) {
   return { result, cpu };
 }
 
+/**
+ * A private redis-server with AOF appendfsync always (the safe setting), recording every
+ * event of 1 ms or more (LATENCY HISTORY: the AOF fsyncs, for the latency rows).
+ */
+async function startRedis(port, dir) {
+  const { child } = await spawnUntil(
+    'redis-server',
+    [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--dir',
+      dir,
+      '--save',
+      '',
+      '--appendonly',
+      'yes',
+      '--appendfsync',
+      'always',
+      '--latency-monitor-threshold',
+      '1',
+    ],
+    /Ready to accept connections/,
+  );
+  return child;
+}
+
+/** Cumulative counts of the gateway's admission histogram (its view of the store round trip), by bucket. */
+async function admitBuckets(control) {
+  const text = await (await fetch(`${control}/metrics`)).text();
+  const out = {};
+  for (const m of text.matchAll(
+    /^fencegate_store_operation_duration_seconds_bucket\{le="([^"]+)",op="admit"\} ([0-9.e+]+)$/gm,
+  )) {
+    out[m[1]] = Number(m[2]);
+  }
+  return out;
+}
+
+/** "p50 ≤ a ms, p99 ≤ b ms" from bucket counts (the upper bound of the bucket each falls in). */
+function bucketQuantiles(buckets) {
+  const les = Object.keys(buckets).sort((a, b) =>
+    a === '+Inf' ? 1 : b === '+Inf' ? -1 : Number(a) - Number(b),
+  );
+  const total = buckets['+Inf'] ?? 0;
+  if (total === 0) return '–';
+  const q = (p) => {
+    const le = les.find((l) => buckets[l] >= p * total);
+    return le === '+Inf' ? '> 5000' : `≤ ${Number(le) * 1000}`;
+  };
+  return `${q(0.5)} / ${q(0.99)}`;
+}
+
+/** Seconds in which an AOF fsync took ≥ 1 ms since the last LATENCY RESET, as [ms, …]. */
+async function slowFsyncs(probe) {
+  const history = await probe.call('LATENCY', 'HISTORY', 'aof-fsync-always');
+  return history.map(([, ms]) => Number(ms));
+}
+
 /** Redis INFO commandstats as { command: calls }. */
 async function commandCalls(redis) {
   const out = {};
@@ -283,7 +343,15 @@ const latencyRow = (name, r) =>
   `| ${name} | ${Math.round(r.rps)} | ${ms(r.p50)} | ${ms(r.p99)} | ${r.p999.toFixed(1)} | ${r.max.toFixed(1)} | ${ms(Math.min(...r.sliceP99))}–${ms(Math.max(...r.sliceP99))} | ${r.bad} |`;
 /** The same setup's measurement conditions: the generator's lag, the host's CPU pressure, CPU per request. */
 const latencyConditions = (name, r) =>
-  `| ${name} | ${ms(r.sendLagP99Ms)} | ${ms(r.eldP99Ms)} / ${r.eldMaxMs.toFixed(1)} | ${r.pressurePct.toFixed(0)} % | ${us(r.cpu['load generator'])} | ${us(name === 'bare proxy' ? r.cpu.proxy : name.startsWith('fenced') ? r.cpu.gateway : undefined)} | ${us(name.startsWith('fenced') ? r.cpu.store : undefined)} | ${us(r.cpu.upstream)} |`;
+  `| ${name} | ${ms(r.sendLagP99Ms)} | ${ms(r.eldP99Ms)} / ${r.eldMaxMs.toFixed(1)} | ${r.pressurePct.toFixed(0)} % | ${us(r.cpu['load generator'])} | ${us(r.cpu.proxy)} | ${us(r.cpu.store)} | ${us(r.cpu.upstream)} | ${r.probe['+Inf'] ? bucketQuantiles(r.probe) : '–'} |`;
+
+/** The slowest AOF fsync of each second that had one of 1 ms or more. */
+function fsyncLine(label, list) {
+  if (list === null) return '';
+  if (list.length === 0) return `${label}: no fsync took 1 ms or more.`;
+  const sorted = [...list].sort((a, b) => a - b);
+  return `${label}: ${list.length} seconds had an fsync of 1 ms or more; the slowest of each second: median ${sorted[Math.floor(sorted.length / 2)]} ms, max ${sorted[sorted.length - 1]} ms.`;
+}
 
 const LATENCY_METHOD = (
   slices,
@@ -299,7 +367,14 @@ be trusted: the generator's send lag (how late requests left after they were due
 its event-loop delay (\`monitorEventLoopDelay\`, 1 ms resolution, p99 / max), the host's CPU
 pressure over the setup's slices (\`/proc/pressure/cpu\` "some": the share of time at least
 one runnable task, any tenant's, waited for a core) and CPU per request of each process.
-"direct upstream" (generator → upstream, no proxy) is the floor the machine sets.`;
+"direct upstream" (generator → upstream, no proxy) is the floor the machine sets. "fenced, redis
+AOF on tmpfs" is a diagnostic: the same fenced writes on a second redis-server (appendfsync
+always) whose AOF is on \`/dev/shm\`, where an fsync costs nothing (not a durable setup): what it
+adds over the bare proxy is fencing without the disk, and the "fenced, redis" row's excess over
+it is the fsync. "admission" is the gateway's own view of the admission round trip (its
+\`fencegate_store_operation_duration_seconds{op="admit"}\` histogram over the setup's slices:
+the bucket bounds p50 and p99 fall in). Below the tables, Redis's \`LATENCY HISTORY
+aof-fsync-always\` over the run.`;
 
 /** bench/RESULTS.md's text for whatever was measured. */
 function report(r) {
@@ -420,8 +495,8 @@ Goal ≥ 0.6× the raw loop → **${ratio(k.gateway, k.raw)}×**.
     const keptUp = (x) => x.rps >= 0.97 * x.offered && x.bad === 0;
     const header = `| setup | req/s answered | p50 ms | p99 ms | p99.9 ms | max ms | slice p99 ms | bad |
 |---|---|---|---|---|---|---|---|`;
-    const condHeader = `| setup | send lag p99 ms | generator event-loop delay p99 / max ms | host CPU pressure | CPU µs/req: generator | proxy or gateway | store | upstream |
-|---|---|---|---|---|---|---|---|`;
+    const condHeader = `| setup | send lag p99 ms | generator event-loop delay p99 / max ms | host CPU pressure | CPU µs/req: generator | proxy or gateway | store | upstream | admission p50 / p99, ms |
+|---|---|---|---|---|---|---|---|---|`;
     sections.push(`## Latency added by fencing at half the bare proxy's saturation rate (${r.half} req/s)
 
 ${LATENCY_METHOD(LATENCY_SLICES, SECONDS / LATENCY_SLICES)}
@@ -436,9 +511,12 @@ ${Object.entries(L)
   .map(([n, x]) => latencyConditions(n, x))
   .join('\n')}
 
+${fsyncLine('Redis AOF fsyncs (disk)', r.fsyncs.disk)}
+${fsyncLine('Redis AOF fsyncs (tmpfs)', r.fsyncs.tmpfs)}
+
 ${
   keptUp(fencedL)
-    ? `p99 added by fencing: **${(fencedL.p99 - bareL.p99).toFixed(2)} ms** (goal ≤ 1 ms); p50 ${(fencedL.p50 - bareL.p50).toFixed(2)} ms.`
+    ? `p99 added by fencing: **${(fencedL.p99 - bareL.p99).toFixed(2)} ms** (goal ≤ 1 ms); p50 ${(fencedL.p50 - bareL.p50).toFixed(2)} ms.${L['fenced, redis AOF on tmpfs'] ? ` Without the disk's fsync (tmpfs row): p99 ${(L['fenced, redis AOF on tmpfs'].p99 - bareL.p99).toFixed(2)} ms, p50 ${(L['fenced, redis AOF on tmpfs'].p50 - bareL.p50).toFixed(2)} ms.` : ''}`
     : `Fenced writes did not keep up with this rate (${Math.round(fencedL.rps)} of ${r.half} req/s answered, ${fencedL.bad} bad): it is at or above their saturation, so their latency here is queueing; the goal is **not met**.`
 }
 
@@ -613,24 +691,7 @@ routes:
     redisPort = await freePort();
     const redisDir = join(tmp, 'redis');
     await mkdir(redisDir);
-    ({ child: redisChild } = await spawnUntil(
-      'redis-server',
-      [
-        '--port',
-        String(redisPort),
-        '--bind',
-        '127.0.0.1',
-        '--dir',
-        redisDir,
-        '--save',
-        '',
-        '--appendonly',
-        'yes',
-        '--appendfsync',
-        'always',
-      ],
-      /Ready to accept connections/,
-    ));
+    redisChild = await startRedis(redisPort, redisDir);
     // Sequencer keys for the Redis process (Postgres and Redis stores take them from a file).
     const keyFile = join(tmp, 'sequencer-keys.json');
     await spawnUntil(join(ROOT, 'bin/fencegate.js'), ['keys', 'init', keyFile], /made/);
@@ -734,40 +795,72 @@ routes:
   let latencySustained;
   let gen;
   if (want('latency') || want('soak')) gen = await pacedGenerator({ cwd: ROOT, cpus: GENERATOR_CPUS });
+  let fsyncs;
   if (want('latency')) {
+    // The same fenced writes on a second Redis whose AOF (appendfsync always) is on tmpfs, where
+    // an fsync costs nothing: the difference from the row above is the disk's fsync; from the
+    // bare proxy, the rest of fencing. A diagnostic only (tmpfs is not durable).
+    let shm = null;
+    const shmDir = await mkdtemp('/dev/shm/fg-bench-').catch(() => null);
+    if (shmDir) {
+      const port = await freePort();
+      const child = await startRedis(port, shmDir);
+      const gw = await fencegate(`redis://127.0.0.1:${port}`, policyDir);
+      shm = { dir: shmDir, port, child, gw, tokens: await acquireTokens(gw.control, 'order') };
+    }
+    const probe = new Redis(`redis://127.0.0.1:${redisPort}`);
+    const shmProbe = shm && new Redis(`redis://127.0.0.1:${shm.port}`);
+    const setups = (withDirect) => ({
+      ...(withDirect ? { 'direct upstream': { origin: upstream } } : {}),
+      'bare proxy': { origin: bare.m[1], pids: { proxy: bare.child.pid } },
+      'fenced, redis': {
+        origin: redis.data,
+        tokens,
+        pids: { proxy: redis.child.pid, store: redisChild.pid },
+        probe: () => admitBuckets(redis.control),
+      },
+      ...(shm
+        ? {
+            'fenced, redis AOF on tmpfs': {
+              origin: shm.gw.data,
+              tokens: shm.tokens,
+              pids: { proxy: shm.gw.child.pid, store: shm.child.pid },
+              probe: () => admitBuckets(shm.gw.control),
+            },
+          }
+        : {}),
+    });
     const latencyOpts = (rate) => ({
       rate,
       slices: LATENCY_SLICES,
       sliceSeconds: SECONDS / LATENCY_SLICES,
       connections: CONNECTIONS,
-      pids: {
-        proxy: bare.child.pid,
-        gateway: redis.child.pid,
-        store: redisChild.pid,
-        upstream: upstreamChild.pid,
-        'load generator': gen.pid,
-      },
+      pids: { upstream: upstreamChild.pid, 'load generator': gen.pid },
       cpuUs: treeCpuUs,
     });
+    const measure = async (rate, withDirect) => {
+      await probe.call('LATENCY', 'RESET');
+      await shmProbe?.call('LATENCY', 'RESET');
+      const out = await interleaved(gen, setups(withDirect), latencyOpts(rate));
+      return {
+        out,
+        fsyncs: { disk: await slowFsyncs(probe), tmpfs: shmProbe ? await slowFsyncs(shmProbe) : null },
+      };
+    };
     say(`latency at ${half} req/s …`);
-    latency = await interleaved(
-      gen,
-      {
-        'direct upstream': { origin: upstream },
-        'bare proxy': { origin: bare.m[1] },
-        'fenced, redis': { origin: redis.data, tokens },
-      },
-      latencyOpts(half),
-    );
+    ({ out: latency, fsyncs } = await measure(half, true));
     // The goal's rate is only a latency measurement if fenced writes keep up with it; when
     // they saturate below it, the comparison is also made at a rate both sustain.
     sustained = Math.max(100, Math.floor(redisResult.rps / 2));
     say(`latency at ${sustained} req/s (half the fenced saturation rate) …`);
-    latencySustained = await interleaved(
-      gen,
-      { 'bare proxy': { origin: bare.m[1] }, 'fenced, redis': { origin: redis.data, tokens } },
-      latencyOpts(sustained),
-    );
+    ({ out: latencySustained } = await measure(sustained, false));
+    probe.disconnect();
+    shmProbe?.disconnect();
+    if (shm) {
+      await stop(shm.gw.child);
+      await stop(shm.child);
+      await rm(shm.dir, { recursive: true, force: true });
+    }
   }
 
   // Memory over a long run at half rate (the paced generator: open loop).
@@ -825,6 +918,7 @@ routes:
     latency,
     sustained,
     latencySustained,
+    fsyncs,
     soakResult,
     samples,
   });
