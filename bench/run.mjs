@@ -847,19 +847,22 @@ routes:
         fsyncs: { disk: await slowFsyncs(probe), tmpfs: shmProbe ? await slowFsyncs(shmProbe) : null },
       };
     };
-    say(`latency at ${half} req/s …`);
-    ({ out: latency, fsyncs } = await measure(half, true));
-    // The goal's rate is only a latency measurement if fenced writes keep up with it; when
-    // they saturate below it, the comparison is also made at a rate both sustain.
-    sustained = Math.max(100, Math.floor(redisResult.rps / 2));
-    say(`latency at ${sustained} req/s (half the fenced saturation rate) …`);
-    ({ out: latencySustained } = await measure(sustained, false));
-    probe.disconnect();
-    shmProbe?.disconnect();
-    if (shm) {
-      await stop(shm.gw.child);
-      await stop(shm.child);
-      await rm(shm.dir, { recursive: true, force: true });
+    try {
+      say(`latency at ${half} req/s …`);
+      ({ out: latency, fsyncs } = await measure(half, true));
+      // The goal's rate is only a latency measurement if fenced writes keep up with it; when
+      // they saturate below it, the comparison is also made at a rate both sustain.
+      sustained = Math.max(100, Math.floor(redisResult.rps / 2));
+      say(`latency at ${sustained} req/s (half the fenced saturation rate) …`);
+      ({ out: latencySustained } = await measure(sustained, false));
+    } finally {
+      probe.disconnect();
+      shmProbe?.disconnect();
+      if (shm) {
+        await stop(shm.gw.child);
+        await stop(shm.child);
+        await rm(shm.dir, { recursive: true, force: true });
+      }
     }
   }
 
