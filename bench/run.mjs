@@ -36,7 +36,9 @@
  * Env: BENCH_SECONDS (saturation runs and each latency setup's total, default 10),
  *      BENCH_SOAK_SECONDS (default 60), BENCH_CONNECTIONS (default 32), BENCH_WRK_THREADS
  *      (default 2), BENCH_LATENCY_SLICES (default 5), BENCH_GENERATOR_CPUS (pin the paced
- *      generator with taskset, e.g. "1"; default unpinned).
+ *      generator with taskset, e.g. "1"; default unpinned: pinned to CPU 1 beside unpinned
+ *      servers, interleaved at 1 500 req/s, the bare proxy's slice p99s were 16–102 ms against
+ *      7–18 ms unpinned, as the servers lose a core's worth of the scheduler's choice).
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
