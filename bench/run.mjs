@@ -31,7 +31,8 @@
  * --only runs some rows and prints them without writing bench/RESULTS.md. Groups: direct,
  * embedded (its unfenced and fenced rows), postgres, redis (fenced and unfenced on the Redis
  * process), stale, sequencer, workers, latency (also measures the fenced Redis row: the second
- * rate is half of it), soak, pgkind. The bare proxy is always measured (every ratio's reference).
+ * rate is half of it; stale and workers do too, for their ratios), soak, pgkind. The bare proxy
+ * is always measured (every ratio's reference).
  *
  * Env: BENCH_SECONDS (saturation runs and each latency setup's total, default 10),
  *      BENCH_SOAK_SECONDS (default 60), BENCH_CONNECTIONS (default 32), BENCH_WRK_THREADS
@@ -700,8 +701,9 @@ routes:
     redis = await fencegate(`redis://127.0.0.1:${redisPort}`, policyDir, ['--sequencer-keys', keyFile]);
     tokens = await acquireTokens(redis.control, 'order');
   }
-  // The latency rows' second rate is half the fenced saturation rate: measured with them.
-  if (want('redis') || want('latency')) {
+  // Measured with the rows that are read against it: the latency rows (their second rate is
+  // half of it), the stale flood and --workers 2 (their ratios).
+  if (['redis', 'latency', 'stale', 'workers'].some(want)) {
     say(`fencegate fenced, redis …`);
     await run(redis.data, { tokens, seconds: 2 });
     redisResult = await withRss(
