@@ -9,9 +9,10 @@
  * Goals (issue 13, item 4): RSS ≤ 150 MB, first start ≤ 2 s, ratio ≥ 0.5.
  * Loopback only; every run is bounded.
  *
+ * Load: wrk (bench/wrk.mjs; `apt-get install wrk`).
+ *
  * Env: BENCH_SECONDS (per round, default 5), BENCH_ROUNDS (default 3), BENCH_CONNECTIONS (32).
  */
-import autocannon from 'autocannon';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -19,6 +20,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { requireWrk, wrk } from './wrk.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -104,34 +106,15 @@ async function acquireTokens(control) {
   return tokens;
 }
 
+/** Fenced writes/s for `seconds` with wrk (bench/wrk.mjs: the PUT of run.mjs's rows, statuses checked). */
 async function fenced(url, tokens, seconds) {
-  let n = 0;
-  const body = JSON.stringify({ status: 'shipped', note: 'x'.repeat(64) });
-  const r = await autocannon({
-    url,
-    connections: CONNECTIONS,
-    duration: seconds,
-    requests: [
-      {
-        method: 'PUT',
-        setupRequest(req) {
-          const i = n++ % LOCKS;
-          return {
-            ...req,
-            path: `/orders/${i}`,
-            headers: { 'content-type': 'application/json', 'fencing-token': tokens[i] },
-            body,
-          };
-        },
-      },
-    ],
-  });
-  const bad = r.non2xx + r.errors + r.timeouts;
-  if (bad > 0) throw new Error(`${bad} fenced writes failed on ${url}`);
-  return r.requests.average;
+  const r = await wrk(url, { tokens, seconds, connections: CONNECTIONS, locks: LOCKS });
+  if (r.bad > 0) throw new Error(`${r.bad} fenced writes failed on ${url} (last status ${r.lastBadStatus})`);
+  return r.rps;
 }
 
 async function main() {
+  requireWrk();
   const tmp = await mkdtemp(join(tmpdir(), 'fg-bench-embedded-'));
   const say = (s) => process.stdout.write(`${s}\n`);
   const { m: um } = await spawnUntil(process.execPath, ['bench/upstream.mjs'], /listening (\S+)/);

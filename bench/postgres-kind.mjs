@@ -2,11 +2,11 @@
  * The `kind: postgres` row: fenced row writes through the gateway (each one transaction:
  * compare-and-set the lock's fence row, UPDATE the row) against a raw node-postgres loop
  * of `UPDATE … WHERE id = $1` at the same concurrency, on the same server, in one run.
- * Called by run.mjs with its helpers; loopback only, bounded in time.
+ * Called by run.mjs with its helpers (`run`: its wrk runner, bench/wrk.mjs, whose script sends
+ * the same body); loopback only, bounded in time.
  */
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import autocannon from 'autocannon';
 import pg from 'pg';
 
 export async function benchPostgresKind({
@@ -19,6 +19,7 @@ export async function benchPostgresKind({
   pgUrl,
   locks,
   say,
+  run,
 }) {
   const schema = `fgbenchkind_${Date.now()}`;
   const admin = new pg.Client({ connectionString: pgUrl });
@@ -89,40 +90,11 @@ routes:
       if (res.status !== 200) throw new Error(`acquire failed: ${res.status} ${await res.text()}`);
       tokens.push((await res.json()).token);
     }
-    const body = JSON.stringify({ status: 'shipped', note });
-    const through = (secs) => {
-      let n = 0;
-      return autocannon({
-        url: gw.data,
-        connections,
-        duration: secs,
-        requests: [
-          {
-            method: 'PUT',
-            setupRequest(req) {
-              const i = n++ % locks;
-              return {
-                ...req,
-                path: `/tables/rows/${i}`,
-                headers: { 'content-type': 'application/json', 'fencing-token': tokens[i] },
-                body,
-              };
-            },
-          },
-        ],
-      });
-    };
+    const through = (secs) => run(gw.data, { base: 'tables/rows', tokens, seconds: secs });
     await through(2);
     const r = await through(seconds);
     await stop(gw.child);
-    const bad = r.non2xx + r.errors + r.timeouts;
-    return {
-      raw,
-      gateway: r.requests.average,
-      p50: r.latency.p50,
-      p99: r.latency.p99,
-      bad,
-    };
+    return { raw, gateway: r.rps, p50: r.p50, p99: r.p99, bad: r.bad };
   } finally {
     await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
     await admin.query(`DROP SCHEMA IF EXISTS "${schema}_fence" CASCADE`);

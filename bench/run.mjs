@@ -5,31 +5,82 @@
  *   fencegate fenced writes on the embedded, Postgres and Redis stores, on Redis
  *   with `check: sequencer` (signed sequencers verified per write, cached), and on Redis
  *   with `serve --workers 2` (every other row runs one process);
- * then p99 at half the bare proxy's saturation rate (bare vs fenced on Redis), and
+ * then latency at half the bare proxy's saturation rate (bare vs fenced on Redis), and
  * the fencegate process's resident memory over a 60 s run; and `kind: postgres` row writes
  * against a raw node-postgres UPDATE loop (bench/postgres-kind.mjs).
  * Prints a table and writes bench/RESULTS.md. Loopback only; every run is bounded.
  *
- * Env: BENCH_SECONDS (saturation runs, default 10), BENCH_SOAK_SECONDS (default 60),
- *      BENCH_CONNECTIONS (default 32).
+ * Load generators (both separate processes, so that neither shares an event loop or a heap
+ * with the other's bookkeeping, and both with their CPU per request measured from /proc):
+ *   - saturation rows: wrk (bench/wrk.mjs, bench/wrk-put.lua; `apt-get install wrk`), as
+ *     issue 13 measured: 2 threads, 32 connections, closed loop, each lock's Fencing-Token,
+ *     every answer's status checked;
+ *   - latency rows: bench/paced.mjs, open loop (latency from when each request was due, so no
+ *     coordinated omission), in its own process, with its own event-loop delay and send lag
+ *     reported beside the figures; the setups (direct upstream, bare proxy, fenced Redis) take
+ *     turns in short slices so that the shared host's swings hit them alike, and the host's CPU
+ *     pressure (/proc/pressure/cpu) over each setup's slices is reported (bench/latency.mjs).
+ *     Measured before this method: the in-process generator, after two minutes of autocannon
+ *     in the same process, gave the bare proxy a p99 of 47.7 ms at half its saturation rate;
+ *     the same generator in a fresh process 11–17 ms with its own event-loop delay p99 at
+ *     2.4–3.4 ms, and 27–164 ms while other tenants loaded the host (CPU pressure 40–90 %):
+ *     the p99 of one row measured alone is mostly the machine, hence the interleaving.
+ *
+ *   node bench/run.mjs [--only GROUP,GROUP]
+ *
+ * --only runs some rows and prints them without writing bench/RESULTS.md. Groups: direct,
+ * embedded (its unfenced and fenced rows), postgres, redis (fenced and unfenced on the Redis
+ * process), stale, sequencer, workers, latency (also measures the fenced Redis row: the second
+ * rate is half of it; stale and workers do too, for their ratios), soak, pgkind. The bare proxy
+ * is always measured (every ratio's reference).
+ *
+ * Env: BENCH_SECONDS (saturation runs and each latency setup's total, default 10),
+ *      BENCH_SOAK_SECONDS (default 60), BENCH_CONNECTIONS (default 32), BENCH_WRK_THREADS
+ *      (default 2), BENCH_LATENCY_SLICES (default 5), BENCH_GENERATOR_CPUS (pin the paced
+ *      generator with taskset, e.g. "1"; default unpinned: pinned to CPU 1 beside unpinned
+ *      servers, interleaved at 1 500 req/s, the bare proxy's slice p99s were 16–102 ms against
+ *      7–18 ms unpinned, as the servers lose a core's worth of the scheduler's choice).
  */
-import autocannon from 'autocannon';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir, cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { Redis } from 'ioredis';
-import { paced } from './paced.mjs';
+import { interleaved } from './latency.mjs';
+import { pacedGenerator } from './paced.mjs';
 import { benchPostgresKind } from './postgres-kind.mjs';
+import { requireWrk, wrk } from './wrk.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const SOAK = Number(process.env.BENCH_SOAK_SECONDS ?? 60);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
+const WRK_THREADS = Number(process.env.BENCH_WRK_THREADS ?? 2);
+const LATENCY_SLICES = Number(process.env.BENCH_LATENCY_SLICES ?? 5);
+const GENERATOR_CPUS = process.env.BENCH_GENERATOR_CPUS || null;
+const GROUPS = [
+  'direct',
+  'embedded',
+  'postgres',
+  'redis',
+  'stale',
+  'sequencer',
+  'workers',
+  'latency',
+  'soak',
+  'pgkind',
+];
+const { values: opt } = parseArgs({ options: { only: { type: 'string' } } });
+const ONLY = opt.only === undefined ? null : new Set(opt.only.split(','));
+for (const g of ONLY ?? []) {
+  if (!GROUPS.includes(g)) throw new Error(`--only: unknown group ${g} (groups: ${GROUPS.join(', ')})`);
+}
+const WRK_VERSION = /wrk (\S+)/.exec(spawnSync('wrk', ['-v'], { encoding: 'utf8' }).stdout ?? '')?.[1] ?? '?';
 const LOCKS = 16;
 const PG_URL = process.env.FENCEGATE_TEST_POSTGRES ?? 'postgres://postgres@127.0.0.1:5432/test';
 const children = [];
@@ -119,49 +170,18 @@ async function acquireLeases(control, prefix) {
   return leases;
 }
 
-/** PUT /{base}/{i} rotating over LOCKS ids, with each lock's token (and sequencer) when given. */
-function run(url, { base = 'orders', tokens = null, sequencers = null, seconds = SECONDS, rate } = {}) {
-  let n = 0;
-  const body = JSON.stringify({ status: 'shipped', note: 'x'.repeat(64) });
-  return autocannon({
-    url,
+/** PUT /{base}/{i} rotating over LOCKS ids, with each lock's token (and sequencer) when given (wrk). */
+function run(url, { base = 'orders', tokens = null, sequencers = null, seconds = SECONDS, expect = 0 } = {}) {
+  return wrk(url, {
+    base,
+    tokens,
+    sequencers,
+    seconds,
     connections: CONNECTIONS,
-    duration: seconds,
-    ...(rate ? { overallRate: rate } : {}),
-    requests: [
-      {
-        method: 'PUT',
-        setupRequest(req) {
-          const i = n++ % LOCKS;
-          const headers = { 'content-type': 'application/json' };
-          if (tokens) headers['fencing-token'] = tokens[i];
-          if (sequencers) headers['fencing-sequencer'] = sequencers[i];
-          return { ...req, path: `/${base}/${i}`, headers, body };
-        },
-      },
-    ],
+    threads: WRK_THREADS,
+    locks: LOCKS,
+    expect,
   });
-}
-
-const latencyRow = (name, r) =>
-  `| ${name} | ${Math.round(r.rps)} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${r.max.toFixed(1)} | ${r.bad} |`;
-
-/** The same PUTs as run(), open-loop and evenly paced at `rate` (bench/paced.mjs). */
-async function pacedRun(url, { base = 'orders', tokens = null, seconds = SECONDS, rate }) {
-  const body = JSON.stringify({ status: 'shipped', note: 'x'.repeat(64) });
-  const opts = (secs) => ({
-    rate,
-    seconds: secs,
-    connections: CONNECTIONS,
-    request(n) {
-      const i = n % LOCKS;
-      const headers = { 'content-type': 'application/json' };
-      if (tokens) headers['fencing-token'] = tokens[i];
-      return { path: `/${base}/${i}`, headers, body };
-    },
-  });
-  await paced(url, opts(2)); // warm-up: connections opened, code paths compiled
-  return paced(url, opts(seconds));
 }
 
 /** Least-squares slope of samples taken every `stepS` seconds, in units per minute. */
@@ -182,16 +202,7 @@ function slopePerMinute(samples, stepS) {
 
 function summarize(name, measured, cpu = measured.cpu ?? {}) {
   const r = measured.result ?? measured;
-  const bad = r.non2xx + r.errors + r.timeouts;
-  return {
-    name,
-    rps: r.requests.average,
-    p50: r.latency.p50,
-    p99: r.latency.p99,
-    total: r.requests.total,
-    bad,
-    cpu,
-  };
+  return { name, rps: r.rps, p50: r.p50, p99: r.p99, total: r.requests, bad: r.bad, cpu };
 }
 
 async function rssKiB(pid) {
@@ -238,21 +249,82 @@ async function treeCpuUs(pid) {
 }
 
 /**
- * Runs `fn` (an autocannon run) and measures the CPU time of each role's process (and its
- * children) from /proc, per request answered: { result, cpu: { role: µs per request } }.
- * The load generator is this process (autocannon runs in it).
+ * Runs `fn` (a wrk run) and measures the CPU time of each role's process (and its children)
+ * from /proc, per request answered: { result, cpu: { role: µs per request } }. The load
+ * generator's is wrk's own (bench/wrk.mjs reads it from /proc when wrk has exited).
  */
 async function withCpu(roles, fn) {
-  const all = { ...roles, 'load generator': process.pid };
   const before = {};
-  for (const [role, pid] of Object.entries(all)) if (pid) before[role] = await treeCpuUs(pid);
+  for (const [role, pid] of Object.entries(roles)) if (pid) before[role] = await treeCpuUs(pid);
   const result = await fn();
   const cpu = {};
-  for (const [role, pid] of Object.entries(all)) {
+  const n = Math.max(1, result.requests);
+  for (const [role, pid] of Object.entries(roles)) {
     if (!pid) continue;
-    cpu[role] = ((await treeCpuUs(pid)) - before[role]) / Math.max(1, result.requests.total);
+    cpu[role] = ((await treeCpuUs(pid)) - before[role]) / n;
   }
+  cpu['load generator'] = result.cpuUs / n;
   return { result, cpu };
+}
+
+/**
+ * A private redis-server with AOF appendfsync always (the safe setting), recording every
+ * event of 1 ms or more (LATENCY HISTORY: the AOF fsyncs, for the latency rows).
+ */
+async function startRedis(port, dir) {
+  const { child } = await spawnUntil(
+    'redis-server',
+    [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--dir',
+      dir,
+      '--save',
+      '',
+      '--appendonly',
+      'yes',
+      '--appendfsync',
+      'always',
+      '--latency-monitor-threshold',
+      '1',
+    ],
+    /Ready to accept connections/,
+  );
+  return child;
+}
+
+/** Cumulative counts of the gateway's admission histogram (its view of the store round trip), by bucket. */
+async function admitBuckets(control) {
+  const text = await (await fetch(`${control}/metrics`)).text();
+  const out = {};
+  for (const m of text.matchAll(
+    /^fencegate_store_operation_duration_seconds_bucket\{le="([^"]+)",op="admit"\} ([0-9.e+]+)$/gm,
+  )) {
+    out[m[1]] = Number(m[2]);
+  }
+  return out;
+}
+
+/** "p50 ≤ a ms, p99 ≤ b ms" from bucket counts (the upper bound of the bucket each falls in). */
+function bucketQuantiles(buckets) {
+  const les = Object.keys(buckets).sort((a, b) =>
+    a === '+Inf' ? 1 : b === '+Inf' ? -1 : Number(a) - Number(b),
+  );
+  const total = buckets['+Inf'] ?? 0;
+  if (total === 0) return '–';
+  const q = (p) => {
+    const le = les.find((l) => buckets[l] >= p * total);
+    return le === '+Inf' ? '> 5000' : `≤ ${Number(le) * 1000}`;
+  };
+  return `${q(0.5)} / ${q(0.99)}`;
+}
+
+/** Seconds in which an AOF fsync took ≥ 1 ms since the last LATENCY RESET, as [ms, …]. */
+async function slowFsyncs(probe) {
+  const history = await probe.call('LATENCY', 'HISTORY', 'aof-fsync-always');
+  return history.map(([, ms]) => Number(ms));
 }
 
 /** Redis INFO commandstats as { command: calls }. */
@@ -265,11 +337,230 @@ async function commandCalls(redis) {
   return out;
 }
 
+const ratio = (a, b) => (a / b).toFixed(3);
+const us = (v) => (v === undefined ? '–' : v.toFixed(1));
+const ms = (v) => v.toFixed(2);
+
+/** One latency setup as a table row. */
+const latencyRow = (name, r) =>
+  `| ${name} | ${Math.round(r.rps)} | ${ms(r.p50)} | ${ms(r.p99)} | ${r.p999.toFixed(1)} | ${r.max.toFixed(1)} | ${ms(Math.min(...r.sliceP99))}–${ms(Math.max(...r.sliceP99))} | ${r.bad} |`;
+/** The same setup's measurement conditions: the generator's lag, the host's CPU pressure, CPU per request. */
+const latencyConditions = (name, r) =>
+  `| ${name} | ${ms(r.sendLagP99Ms)} | ${ms(r.eldP99Ms)} / ${r.eldMaxMs.toFixed(1)} | ${r.pressurePct.toFixed(0)} % | ${us(r.cpu['load generator'])} | ${us(r.cpu.proxy)} | ${us(r.cpu.store)} | ${us(r.cpu.upstream)} | ${r.probe['+Inf'] ? bucketQuantiles(r.probe) : '–'} |`;
+
+/** The slowest AOF fsync of each second that had one of 1 ms or more. */
+function fsyncLine(label, list) {
+  if (list === null) return '';
+  if (list.length === 0) return `${label}: no fsync took 1 ms or more.`;
+  const sorted = [...list].sort((a, b) => a - b);
+  return `${label}: ${list.length} seconds had an fsync of 1 ms or more; the slowest of each second: median ${sorted[Math.floor(sorted.length / 2)]} ms, max ${sorted[sorted.length - 1]} ms.`;
+}
+
+const LATENCY_METHOD = (
+  slices,
+  sliceSeconds,
+) => `Method (bench/paced.mjs, bench/latency.mjs): an open-loop generator in a process of its own
+sends the PUTs evenly paced (request *i* due at start + *i*/rate, sent from a 1 ms timer over 32
+keep-alive connections) and counts each request's latency from when it was **due**, so a
+setup that falls behind is charged for its queue (no coordinated omission). The setups take
+turns in ${slices} slices of ${sliceSeconds} s each (order rotated every round, after a 2 s warm-up each), so
+that the shared host's swings hit them alike; percentiles are over all of a setup's requests,
+"slice p99" is the range of its per-slice p99s. The second table says how far the figures can
+be trusted: the generator's send lag (how late requests left after they were due, p99) and
+its event-loop delay (\`monitorEventLoopDelay\`, 1 ms resolution, p99 / max), the host's CPU
+pressure over the setup's slices (\`/proc/pressure/cpu\` "some": the share of time at least
+one runnable task, any tenant's, waited for a core) and CPU per request of each process.
+"direct upstream" (generator → upstream, no proxy) is the floor the machine sets. "fenced, redis
+AOF on tmpfs" is a diagnostic: the same fenced writes on a second redis-server (appendfsync
+always) whose AOF is on \`/dev/shm\`, where an fsync costs nothing (not a durable setup): what it
+adds over the bare proxy is fencing without the disk, and the "fenced, redis" row's excess over
+it is the fsync. "admission" is the gateway's own view of the admission round trip (its
+\`fencegate_store_operation_duration_seconds{op="admit"}\` histogram over the setup's slices:
+the bucket bounds p50 and p99 fall in). Below the tables, Redis's \`LATENCY HISTORY
+aof-fsync-always\` over the run.`;
+
+/** bench/RESULTS.md's text for whatever was measured. */
+function report(r) {
+  const { results, bareResult } = r;
+  const rows = results.map(
+    (x) =>
+      `| ${x.name} | ${Math.round(x.rps)} | ${ms(x.p50)} | ${ms(x.p99)} | ${ratio(x.rps, bareResult.rps)} | ${x.rssMiB === undefined ? '–' : x.rssMiB.toFixed(0)} | ${x.bad} |`,
+  );
+  const pair = (x) => (x.cpu.proxy === undefined ? undefined : x.cpu.proxy + (x.cpu.store ?? 0));
+  const bareCpu = pair(bareResult);
+  const cpuRows = results.map(
+    (x) =>
+      `| ${x.name} | ${us(x.cpu.proxy)} | ${us(x.cpu.store)} | ${us(pair(x))} | ${us(x.cpu.upstream)} | ${us(x.cpu['load generator'])} | ${pair(x) === undefined ? '–' : (pair(x) / bareCpu).toFixed(2)} |`,
+  );
+  const goals = [];
+  if (r.redisResult)
+    goals.push(
+      `fenced writes on Redis ≥ 0.85× the bare proxy → **${ratio(r.redisResult.rps, bareResult.rps)}×**.`,
+    );
+  if (r.unfencedResult || r.unfencedRedis) {
+    goals.push(
+      `Unfenced route ≥ 1.0× →${r.unfencedResult ? ` **${ratio(r.unfencedResult.rps, bareResult.rps)}×** (embedded-store process)` : ''}${r.unfencedRedis ? ` **${ratio(r.unfencedRedis.rps, bareResult.rps)}×** (Redis-store process)` : ''}.`,
+    );
+  }
+  if (r.workersResult && r.redisResult) {
+    goals.push(`Fenced rows run \`--workers 1\` unless named;
+with \`--workers 2\` (two gateway processes sharing the data port, on the same 2 cores as the
+load generator, upstream and store) → **${ratio(r.workersResult.rps, bareResult.rps)}×**
+(${ratio(r.workersResult.rps, r.redisResult.rps)}× one worker).`);
+  }
+  if (r.postgresResult)
+    goals.push(
+      `Fenced writes on the Postgres store ≥ 0.35× the bare proxy → **${ratio(r.postgresResult.rps, bareResult.rps)}×**.`,
+    );
+  if (results.some((x) => x.rssMiB !== undefined)) {
+    goals.push(
+      `Gateway RSS after its rows ≤ 200 MiB → **${Math.max(0, ...results.map((x) => x.rssMiB ?? 0)).toFixed(0)} MiB** (largest).`,
+    );
+  }
+  if (r.embeddedResult && r.redisResult) {
+    goals.push(`Fenced writes on the embedded store ≥ 0.5× the Redis store → **${ratio(r.embeddedResult.rps, r.redisResult.rps)}×**
+(rows far apart in time: \`node bench/embedded.mjs\` interleaves the two); the embedded store's
+process resident at idle / after its runs ≤ 150 MB → **${(r.embeddedIdleKiB / 1024).toFixed(1)} / ${(r.embeddedLoadKiB / 1024).toFixed(1)} MiB**.`);
+  }
+  const sections = [];
+  sections.push(`# Benchmark results
+
+Run ${r.started.toISOString()} on ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB,
+Node ${process.version}${ONLY === null ? '' : `, only: ${[...ONLY].join(', ')}`}. Everything on loopback, on one machine: the load generator
+(wrk ${WRK_VERSION}, ${WRK_THREADS} threads, ${CONNECTIONS} connections, bench/wrk-put.lua), upstream, proxy and store
+share the 2 cores, so absolute numbers are low and the ratios are what to read. ${LOCKS} locks, PUT
+with a 90-byte JSON body, ${SECONDS} s per row after a 2 s warm-up. "bad" counts answers with another
+status than the row expects (2xx; 409 for the stale row; wrk-put.lua checks every answer),
+socket errors and timeouts; "RSS after" is the gateway process's resident memory right after
+its row (with workers: the largest process).
+
+## Saturation throughput
+
+wrk is closed-loop (each connection sends its next request when the last is answered), so the
+p50/p99 here are latencies at saturation, not the latency goal's (see the paced rows below).
+
+| setup | req/s | p50 ms | p99 ms | × bare proxy | RSS after, MiB | bad |
+|---|---|---|---|---|---|---|
+${rows.join('\n')}
+${goals.length > 0 ? `\nGoals: ${goals.join('\n')}\n` : ''}
+### CPU per request, per process
+
+From \`/proc/<pid>/stat\` (utime + stime of the process and its children, 10 ms ticks) over
+each row's measured run, divided by the requests answered, in µs. "proxy" is the bare proxy or
+the fencegate process; "store" the private redis-server (the Postgres server is shared and
+not counted; the embedded store runs inside the fencegate process); "load generator" is the
+wrk process (read from /proc by the shell that ran it, once it exited).
+
+| setup | proxy | store | proxy + store | upstream | load generator | proxy + store × bare proxy |
+|---|---|---|---|---|---|---|
+${cpuRows.join('\n')}
+${r.redisResult ? `\nGoal: the fenced path's gateway + store CPU per write ≤ 1.3× the bare proxy's per request →\n**${(pair(r.redisResult) / bareCpu).toFixed(2)}×**.\n` : ''}`);
+  if (r.staleResult && r.redisResult) {
+    const staleTotal = r.staleCommands.reduce((a, [, n]) => a + n, 0);
+    sections.push(`## Stale floods (Redis store)
+
+Every lock's token superseded by a newer one written once; then the same PUTs with the
+old tokens, all refused 409 \`stale-token\` (${r.staleResult.bad} answered otherwise).
+
+| | req/s | × admitted fenced writes |
+|---|---|---|
+| admitted fenced writes (the row above) | ${Math.round(r.redisResult.rps)} | 1.000 |
+| stale writes refused | ${Math.round(r.staleResult.rps)} | ${ratio(r.staleResult.rps, r.redisResult.rps)} |
+
+Goal ≥ 3× → **${ratio(r.staleResult.rps, r.redisResult.rps)}×**. Redis \`INFO commandstats\` over the
+${r.staleResult.total} refused writes: ${staleTotal} calls (${r.staleCommands.map(([c, n]) => `${c} ${n}`).join(', ') || 'none'}),
+${(staleTotal / Math.max(1, r.staleResult.total)).toFixed(4)} per refused write (the gateway session's beats and
+the sweeper run on their own timers, whatever the load).
+`);
+  }
+  if (r.pgKind) {
+    const k = r.pgKind;
+    sections.push(`## \`kind: postgres\`: fenced row writes vs raw \`UPDATE … WHERE id = $1\`
+
+Same Postgres server, same concurrency (${CONNECTIONS}), ${LOCKS} rows; the gateway's lock store is the
+durable Redis above. Each fenced write through the gateway (wrk) is one transaction that
+compares-and-sets the lock's fence row and updates the row; the raw loop is one
+\`UPDATE\` per call on a ${CONNECTIONS}-connection node-postgres pool.
+
+| setup | writes/s | p50 ms | p99 ms | bad |
+|---|---|---|---|---|
+| raw node-postgres UPDATE loop | ${Math.round(k.raw)} | – | – | 0 |
+| fencegate kind: postgres, fenced PUT | ${Math.round(k.gateway)} | ${ms(k.p50)} | ${ms(k.p99)} | ${k.bad} |
+
+Goal ≥ 0.6× the raw loop → **${ratio(k.gateway, k.raw)}×**.
+`);
+  }
+  if (r.latency) {
+    const L = r.latency;
+    const S = r.latencySustained;
+    const bareL = L['bare proxy'];
+    const fencedL = L['fenced, redis'];
+    const keptUp = (x) => x.rps >= 0.97 * x.offered && x.bad === 0;
+    const header = `| setup | req/s answered | p50 ms | p99 ms | p99.9 ms | max ms | slice p99 ms | bad |
+|---|---|---|---|---|---|---|---|`;
+    const condHeader = `| setup | send lag p99 ms | generator event-loop delay p99 / max ms | host CPU pressure | CPU µs/req: generator | proxy or gateway | store | upstream | admission p50 / p99, ms |
+|---|---|---|---|---|---|---|---|---|`;
+    sections.push(`## Latency added by fencing at half the bare proxy's saturation rate (${r.half} req/s)
+
+${LATENCY_METHOD(LATENCY_SLICES, SECONDS / LATENCY_SLICES)}
+
+${header}
+${Object.entries(L)
+  .map(([n, x]) => latencyRow(n, x))
+  .join('\n')}
+
+${condHeader}
+${Object.entries(L)
+  .map(([n, x]) => latencyConditions(n, x))
+  .join('\n')}
+
+${fsyncLine('Redis AOF fsyncs (disk)', r.fsyncs.disk)}
+${fsyncLine('Redis AOF fsyncs (tmpfs)', r.fsyncs.tmpfs)}
+
+${
+  keptUp(fencedL)
+    ? `p99 added by fencing: **${(fencedL.p99 - bareL.p99).toFixed(2)} ms** (goal ≤ 1 ms); p50 ${(fencedL.p50 - bareL.p50).toFixed(2)} ms.${L['fenced, redis AOF on tmpfs'] ? ` Without the disk's fsync (tmpfs row): p99 ${(L['fenced, redis AOF on tmpfs'].p99 - bareL.p99).toFixed(2)} ms, p50 ${(L['fenced, redis AOF on tmpfs'].p50 - bareL.p50).toFixed(2)} ms.` : ''}`
+    : `Fenced writes did not keep up with this rate (${Math.round(fencedL.rps)} of ${r.half} req/s answered, ${fencedL.bad} bad): it is at or above their saturation, so their latency here is queueing; the goal is **not met**.`
+}
+
+At ${r.sustained} req/s (half the fenced saturation rate, which both sustain):
+
+${header}
+${Object.entries(S)
+  .map(([n, x]) => latencyRow(n, x))
+  .join('\n')}
+
+${condHeader}
+${Object.entries(S)
+  .map(([n, x]) => latencyConditions(n, x))
+  .join('\n')}
+
+Added by fencing there: p50 **${(S['fenced, redis'].p50 - S['bare proxy'].p50).toFixed(2)} ms**, p99 **${(S['fenced, redis'].p99 - S['bare proxy'].p99).toFixed(2)} ms**.
+`);
+  }
+  if (r.soakResult) {
+    // RSS follows the young generation's sawtooth (tens of MiB), so the trend is read from
+    // the troughs (lowest sample of each half, after the first) and a fitted slope.
+    const settled = r.samples.slice(1).map((k) => k / 1024);
+    const halfAt = Math.floor(settled.length / 2);
+    const troughFirst = Math.min(...settled.slice(0, halfAt));
+    const troughSecond = Math.min(...settled.slice(halfAt));
+    sections.push(`## Resident memory over ${SOAK} s (fenced, redis, ${r.half} req/s paced, ${r.soakResult.total} requests, ${r.soakResult.bad} bad)
+
+Samples every 5 s (MiB): ${r.samples.map((k) => (k / 1024).toFixed(1)).join(', ')}.
+Lowest sample of the first half vs the second (from the second sample on): ${troughFirst.toFixed(1)} → ${troughSecond.toFixed(1)} MiB (${(troughSecond - troughFirst).toFixed(1)}); fitted slope ${slopePerMinute(settled, 5).toFixed(1)} MiB/min.
+`);
+  }
+  return sections.join('\n');
+}
+
 async function main() {
+  requireWrk();
   const started = new Date();
   const tmp = await mkdtemp(join(tmpdir(), 'fg-bench-'));
   const results = [];
   const say = (s) => process.stdout.write(`${s}\n`);
+  const want = (group) => ONLY === null || ONLY.has(group);
 
   const { m: um, child: upstreamChild } = await spawnUntil(
     process.execPath,
@@ -277,13 +568,13 @@ async function main() {
     /listening (\S+)/,
   );
   const upstream = um[1];
-  // CPU per request, per process (µs, from /proc): the proxy under test, its store, the upstream, autocannon.
+  // CPU per request, per process (µs, from /proc): the proxy under test, its store, the upstream, wrk.
   const cpuOf = (proxy, store = null, opts = {}) =>
     withCpu({ proxy, store, upstream: upstreamChild.pid }, opts.run);
   /** A gateway row's result with the gateway's resident memory right after it. */
   const withRss = async (row, pid) => Object.assign(row, { rssMiB: (await rssKiB(pid)) / 1024 });
   const policyDir = join(tmp, 'policies');
-  await (await import('node:fs/promises')).mkdir(policyDir);
+  await mkdir(policyDir);
   const policy = (lockPrefix) => `version: 1
 upstreams:
   bench:
@@ -314,10 +605,13 @@ routes:
 `;
   await writeFile(join(policyDir, 'bench.yaml'), policy('order'));
 
-  say(`direct upstream …`);
-  await run(upstream, { seconds: 2 }); // warm-up
-  results.push(summarize('direct upstream', await cpuOf(null, null, { run: () => run(upstream) })));
+  if (want('direct')) {
+    say(`direct upstream …`);
+    await run(upstream, { seconds: 2 }); // warm-up
+    results.push(summarize('direct upstream', await cpuOf(null, null, { run: () => run(upstream) })));
+  }
 
+  // The bare proxy is every ratio's reference and sets the latency rows' rate: always measured.
   const bare = await spawnUntil(process.execPath, ['bench/bare-proxy.mjs', upstream], /listening (\S+)/);
   say(`bare @fastify/http-proxy …`);
   await run(bare.m[1], { seconds: 2 });
@@ -328,326 +622,320 @@ routes:
   results.push(bareResult);
 
   // Embedded store: unfenced route and fenced writes.
-  const embedded = await fencegate(join(tmp, 'embedded'), policyDir);
-  await sleep(1000);
-  const embeddedIdleKiB = await rssKiB(embedded.child.pid);
-  say(`fencegate unfenced route …`);
-  await run(embedded.data, { base: 'open', seconds: 2 });
-  results.push(
-    await withRss(
+  let unfencedResult;
+  let embeddedResult;
+  let embeddedIdleKiB;
+  let embeddedLoadKiB;
+  if (want('embedded')) {
+    const embedded = await fencegate(join(tmp, 'embedded'), policyDir);
+    await sleep(1000);
+    embeddedIdleKiB = await rssKiB(embedded.child.pid);
+    say(`fencegate unfenced route …`);
+    await run(embedded.data, { base: 'open', seconds: 2 });
+    unfencedResult = await withRss(
       summarize(
         'fencegate, unfenced route',
         await cpuOf(embedded.child.pid, null, { run: () => run(embedded.data, { base: 'open' }) }),
       ),
       embedded.child.pid,
-    ),
-  );
-  say(`fencegate fenced, embedded …`);
-  let tokens = await acquireTokens(embedded.control, 'order');
-  await run(embedded.data, { tokens, seconds: 2 });
-  const embeddedResult = await withRss(
-    summarize(
-      'fencegate fenced, embedded store',
-      await cpuOf(embedded.child.pid, null, { run: () => run(embedded.data, { tokens }) }),
-    ),
-    embedded.child.pid,
-  );
-  results.push(embeddedResult);
-  const embeddedLoadKiB = await rssKiB(embedded.child.pid);
-  await stop(embedded.child);
+    );
+    results.push(unfencedResult);
+    say(`fencegate fenced, embedded …`);
+    const tokens = await acquireTokens(embedded.control, 'order');
+    await run(embedded.data, { tokens, seconds: 2 });
+    embeddedResult = await withRss(
+      summarize(
+        'fencegate fenced, embedded store',
+        await cpuOf(embedded.child.pid, null, { run: () => run(embedded.data, { tokens }) }),
+      ),
+      embedded.child.pid,
+    );
+    results.push(embeddedResult);
+    embeddedLoadKiB = await rssKiB(embedded.child.pid);
+    await stop(embedded.child);
+  }
 
   // Postgres store, a throwaway schema on the shared server.
+  let postgresResult;
   const schema = `fgbench_${Date.now()}`;
-  const postgres = await fencegate(PG_URL, policyDir, ['--store-namespace', schema]);
-  say(`fencegate fenced, postgres …`);
-  tokens = await acquireTokens(postgres.control, 'order');
-  await run(postgres.data, { tokens, seconds: 2 });
-  const postgresResult = await withRss(
-    summarize(
-      'fencegate fenced, postgres store',
-      await cpuOf(postgres.child.pid, null, { run: () => run(postgres.data, { tokens }) }),
-    ),
-    postgres.child.pid,
-  );
-  results.push(postgresResult);
-  await stop(postgres.child);
+  if (want('postgres')) {
+    const postgres = await fencegate(PG_URL, policyDir, ['--store-namespace', schema]);
+    say(`fencegate fenced, postgres …`);
+    const tokens = await acquireTokens(postgres.control, 'order');
+    await run(postgres.data, { tokens, seconds: 2 });
+    postgresResult = await withRss(
+      summarize(
+        'fencegate fenced, postgres store',
+        await cpuOf(postgres.child.pid, null, { run: () => run(postgres.data, { tokens }) }),
+      ),
+      postgres.child.pid,
+    );
+    results.push(postgresResult);
+    await stop(postgres.child);
+    // Clean up the Postgres schema.
+    const c = new pg.Client({ connectionString: PG_URL });
+    await c.connect();
+    await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    await c.end();
+  }
 
   // Redis store: a private redis-server with AOF appendfsync always (the safe setting).
-  const redisPort = await freePort();
-  const redisDir = join(tmp, 'redis');
-  await (await import('node:fs/promises')).mkdir(redisDir);
-  const { child: redisChild } = await spawnUntil(
-    'redis-server',
-    [
-      '--port',
-      String(redisPort),
-      '--bind',
-      '127.0.0.1',
-      '--dir',
-      redisDir,
-      '--save',
-      '',
-      '--appendonly',
-      'yes',
-      '--appendfsync',
-      'always',
-    ],
-    /Ready to accept connections/,
-  );
-  // Sequencer keys for the Redis process (Postgres and Redis stores take them from a file).
-  const keyFile = join(tmp, 'sequencer-keys.json');
-  await spawnUntil(join(ROOT, 'bin/fencegate.js'), ['keys', 'init', keyFile], /made/);
-  const redis = await fencegate(`redis://127.0.0.1:${redisPort}`, policyDir, ['--sequencer-keys', keyFile]);
-  say(`fencegate fenced, redis …`);
-  tokens = await acquireTokens(redis.control, 'order');
-  await run(redis.data, { tokens, seconds: 2 });
-  const redisResult = await withRss(
-    summarize(
-      'fencegate fenced, redis store (AOF always)',
-      await cpuOf(redis.child.pid, redisChild.pid, { run: () => run(redis.data, { tokens }) }),
-    ),
-    redis.child.pid,
-  );
-  results.push(redisResult);
-  // Unfenced on the same process, for its CPU beside the fenced writes'.
-  say(`fencegate unfenced route, redis process …`);
-  await run(redis.data, { base: 'open', seconds: 2 });
-  const unfencedRedis = summarize(
-    'fencegate, unfenced route (the redis-store process)',
-    await cpuOf(redis.child.pid, redisChild.pid, { run: () => run(redis.data, { base: 'open' }) }),
-  );
-  results.push(unfencedRedis);
-
-  // A stale flood: every lock's token superseded by a newer one that was written once.
-  say(`fencegate stale writes, redis …`);
-  const oldLeases = await acquireLeases(redis.control, 'stale');
-  for (const l of oldLeases) await release(redis.control, l);
-  const newLeases = await acquireLeases(redis.control, 'stale');
-  const staleTokens = oldLeases.map((l) => l.token);
-  for (let i = 0; i < LOCKS; i++) {
-    const res = await fetch(`${redis.data}/stale/${i}`, {
-      method: 'PUT',
-      headers: { 'fencing-token': newLeases[i].token },
-      body: 'x',
-    });
-    if (res.status !== 200) throw new Error(`stale setup write: ${res.status} ${await res.text()}`);
+  const onRedis = ['redis', 'stale', 'sequencer', 'workers', 'latency', 'soak', 'pgkind'].some(want);
+  let redisPort;
+  let redisChild;
+  let redis;
+  let tokens;
+  let redisResult;
+  let unfencedRedis;
+  let staleResult;
+  let staleCommands = [];
+  let workersResult;
+  if (onRedis) {
+    redisPort = await freePort();
+    const redisDir = join(tmp, 'redis');
+    await mkdir(redisDir);
+    redisChild = await startRedis(redisPort, redisDir);
+    // Sequencer keys for the Redis process (Postgres and Redis stores take them from a file).
+    const keyFile = join(tmp, 'sequencer-keys.json');
+    await spawnUntil(join(ROOT, 'bin/fencegate.js'), ['keys', 'init', keyFile], /made/);
+    redis = await fencegate(`redis://127.0.0.1:${redisPort}`, policyDir, ['--sequencer-keys', keyFile]);
+    tokens = await acquireTokens(redis.control, 'order');
   }
-  const probe = new Redis(`redis://127.0.0.1:${redisPort}`);
-  await run(redis.data, { base: 'stale', tokens: staleTokens, seconds: 2 });
-  const commandsBefore = await commandCalls(probe);
-  const staleMeasured = await cpuOf(redis.child.pid, redisChild.pid, {
-    run: () => run(redis.data, { base: 'stale', tokens: staleTokens }),
-  });
-  const commandsAfter = await commandCalls(probe);
-  probe.disconnect();
-  const refused = staleMeasured.result.statusCodeStats?.['409']?.count ?? 0;
-  const staleResult = {
-    ...summarize('fencegate, stale writes refused (409), redis store', staleMeasured),
-    // Here the expected answer is 409: "bad" counts anything else.
-    bad: staleMeasured.result.requests.total - refused,
-  };
-  results.push(staleResult);
-  const staleCommands = Object.entries(commandsAfter)
-    .map(([cmd, n]) => [cmd, n - (commandsBefore[cmd] ?? 0)])
-    .filter(([cmd, n]) => n > 0 && cmd !== 'info');
-  // The same writes on a check: sequencer route: the SDK's headers (token and sequencer).
-  say(`fencegate fenced, redis, check: sequencer …`);
-  const leases = await acquireLeases(redis.control, 'sequenced');
-  const sequenced = {
-    base: 'sequenced',
-    tokens: leases.map((l) => l.token),
-    sequencers: leases.map((l) => l.sequencer),
-  };
-  await run(redis.data, { ...sequenced, seconds: 2 });
-  results.push(
-    summarize(
-      'fencegate fenced, redis store, check: sequencer',
-      await cpuOf(redis.child.pid, redisChild.pid, { run: () => run(redis.data, sequenced) }),
-    ),
-  );
+  // Measured with the rows that are read against it: the latency rows (their second rate is
+  // half of it), the stale flood and --workers 2 (their ratios).
+  if (['redis', 'latency', 'stale', 'workers'].some(want)) {
+    say(`fencegate fenced, redis …`);
+    await run(redis.data, { tokens, seconds: 2 });
+    redisResult = await withRss(
+      summarize(
+        'fencegate fenced, redis store (AOF always)',
+        await cpuOf(redis.child.pid, redisChild.pid, { run: () => run(redis.data, { tokens }) }),
+      ),
+      redis.child.pid,
+    );
+    results.push(redisResult);
+  }
+  if (want('redis')) {
+    // Unfenced on the same process, for its CPU beside the fenced writes'.
+    say(`fencegate unfenced route, redis process …`);
+    await run(redis.data, { base: 'open', seconds: 2 });
+    unfencedRedis = summarize(
+      'fencegate, unfenced route (the redis-store process)',
+      await cpuOf(redis.child.pid, redisChild.pid, { run: () => run(redis.data, { base: 'open' }) }),
+    );
+    results.push(unfencedRedis);
+  }
 
-  // The same fenced writes through `serve --workers 2` on the same store (the rows above are
-  // `--workers 1`); the one-worker gateway stays idle meanwhile.
-  say(`fencegate fenced, redis, --workers 2 …`);
-  const redis2 = await fencegate(`redis://127.0.0.1:${redisPort}`, policyDir, ['--workers', '2']);
-  await run(redis2.data, { tokens, seconds: 2 });
-  const workersResult = summarize(
-    'fencegate fenced, redis store, --workers 2',
-    await cpuOf(redis2.child.pid, redisChild.pid, { run: () => run(redis2.data, { tokens }) }),
-  );
-  // The largest of the three processes (primary and two workers).
-  const workerRss = await Promise.all((await treePids(redis2.child.pid)).map((pid) => rssKiB(pid)));
-  workersResult.rssMiB = Math.max(...workerRss) / 1024;
-  results.push(workersResult);
-  await stop(redis2.child);
+  if (want('stale')) {
+    // A stale flood: every lock's token superseded by a newer one that was written once.
+    say(`fencegate stale writes, redis …`);
+    const oldLeases = await acquireLeases(redis.control, 'stale');
+    for (const l of oldLeases) await release(redis.control, l);
+    const newLeases = await acquireLeases(redis.control, 'stale');
+    const staleTokens = oldLeases.map((l) => l.token);
+    for (let i = 0; i < LOCKS; i++) {
+      const res = await fetch(`${redis.data}/stale/${i}`, {
+        method: 'PUT',
+        headers: { 'fencing-token': newLeases[i].token },
+        body: 'x',
+      });
+      if (res.status !== 200) throw new Error(`stale setup write: ${res.status} ${await res.text()}`);
+    }
+    const probe = new Redis(`redis://127.0.0.1:${redisPort}`);
+    const stale = { base: 'stale', tokens: staleTokens, expect: 409 };
+    await run(redis.data, { ...stale, seconds: 2 });
+    const commandsBefore = await commandCalls(probe);
+    const staleMeasured = await cpuOf(redis.child.pid, redisChild.pid, { run: () => run(redis.data, stale) });
+    const commandsAfter = await commandCalls(probe);
+    probe.disconnect();
+    // Here the expected answer is 409: "bad" counts anything else (wrk-put.lua checks each).
+    staleResult = summarize('fencegate, stale writes refused (409), redis store', staleMeasured);
+    results.push(staleResult);
+    staleCommands = Object.entries(commandsAfter)
+      .map(([cmd, n]) => [cmd, n - (commandsBefore[cmd] ?? 0)])
+      .filter(([cmd, n]) => n > 0 && cmd !== 'info');
+  }
 
-  // Latency at half the bare proxy's saturation rate.
+  if (want('sequencer')) {
+    // The same writes on a check: sequencer route: the SDK's headers (token and sequencer).
+    say(`fencegate fenced, redis, check: sequencer …`);
+    const leases = await acquireLeases(redis.control, 'sequenced');
+    const sequenced = {
+      base: 'sequenced',
+      tokens: leases.map((l) => l.token),
+      sequencers: leases.map((l) => l.sequencer),
+    };
+    await run(redis.data, { ...sequenced, seconds: 2 });
+    results.push(
+      summarize(
+        'fencegate fenced, redis store, check: sequencer',
+        await cpuOf(redis.child.pid, redisChild.pid, { run: () => run(redis.data, sequenced) }),
+      ),
+    );
+  }
+
+  if (want('workers')) {
+    // The same fenced writes through `serve --workers 2` on the same store (the rows above are
+    // `--workers 1`); the one-worker gateway stays idle meanwhile.
+    say(`fencegate fenced, redis, --workers 2 …`);
+    const redis2 = await fencegate(`redis://127.0.0.1:${redisPort}`, policyDir, ['--workers', '2']);
+    await run(redis2.data, { tokens, seconds: 2 });
+    workersResult = summarize(
+      'fencegate fenced, redis store, --workers 2',
+      await cpuOf(redis2.child.pid, redisChild.pid, { run: () => run(redis2.data, { tokens }) }),
+    );
+    // The largest of the three processes (primary and two workers).
+    const workerRss = await Promise.all((await treePids(redis2.child.pid)).map((pid) => rssKiB(pid)));
+    workersResult.rssMiB = Math.max(...workerRss) / 1024;
+    results.push(workersResult);
+    await stop(redis2.child);
+  }
+
+  // Latency at half the bare proxy's saturation rate: the paced generator in its own process,
+  // the setups interleaved in slices (bench/latency.mjs).
   const half = Math.max(100, Math.floor(bareResult.rps / 2));
-  say(`p99 at ${half} req/s …`);
-  const bareHalf = await pacedRun(bare.m[1], { rate: half });
-  const fencedHalf = await pacedRun(redis.data, { tokens, rate: half });
-  // The goal's rate is only a latency measurement if fenced writes keep up with it; when
-  // they saturate below it, the comparison is also made at a rate both sustain.
-  const keptUp = (r) => r.rps >= 0.97 * r.offered && r.bad === 0;
-  const sustained = Math.max(100, Math.floor(redisResult.rps / 2));
-  say(`p99 at ${sustained} req/s (half the fenced saturation rate) …`);
-  const bareSustained = await pacedRun(bare.m[1], { rate: sustained });
-  const fencedSustained = await pacedRun(redis.data, { tokens, rate: sustained });
+  let latency;
+  let sustained;
+  let latencySustained;
+  let gen;
+  if (want('latency') || want('soak')) gen = await pacedGenerator({ cwd: ROOT, cpus: GENERATOR_CPUS });
+  let fsyncs;
+  if (want('latency')) {
+    // The same fenced writes on a second Redis whose AOF (appendfsync always) is on tmpfs, where
+    // an fsync costs nothing: the difference from the row above is the disk's fsync; from the
+    // bare proxy, the rest of fencing. A diagnostic only (tmpfs is not durable).
+    let shm = null;
+    const shmDir = await mkdtemp('/dev/shm/fg-bench-').catch(() => null);
+    if (shmDir) {
+      const port = await freePort();
+      const child = await startRedis(port, shmDir);
+      const gw = await fencegate(`redis://127.0.0.1:${port}`, policyDir);
+      shm = { dir: shmDir, port, child, gw, tokens: await acquireTokens(gw.control, 'order') };
+    }
+    const probe = new Redis(`redis://127.0.0.1:${redisPort}`);
+    const shmProbe = shm && new Redis(`redis://127.0.0.1:${shm.port}`);
+    const setups = (withDirect) => ({
+      ...(withDirect ? { 'direct upstream': { origin: upstream } } : {}),
+      'bare proxy': { origin: bare.m[1], pids: { proxy: bare.child.pid } },
+      'fenced, redis': {
+        origin: redis.data,
+        tokens,
+        pids: { proxy: redis.child.pid, store: redisChild.pid },
+        probe: () => admitBuckets(redis.control),
+      },
+      ...(shm
+        ? {
+            'fenced, redis AOF on tmpfs': {
+              origin: shm.gw.data,
+              tokens: shm.tokens,
+              pids: { proxy: shm.gw.child.pid, store: shm.child.pid },
+              probe: () => admitBuckets(shm.gw.control),
+            },
+          }
+        : {}),
+    });
+    const latencyOpts = (rate) => ({
+      rate,
+      slices: LATENCY_SLICES,
+      sliceSeconds: SECONDS / LATENCY_SLICES,
+      connections: CONNECTIONS,
+      pids: { upstream: upstreamChild.pid, 'load generator': gen.pid },
+      cpuUs: treeCpuUs,
+    });
+    const measure = async (rate, withDirect) => {
+      await probe.call('LATENCY', 'RESET');
+      await shmProbe?.call('LATENCY', 'RESET');
+      const out = await interleaved(gen, setups(withDirect), latencyOpts(rate));
+      return {
+        out,
+        fsyncs: { disk: await slowFsyncs(probe), tmpfs: shmProbe ? await slowFsyncs(shmProbe) : null },
+      };
+    };
+    try {
+      say(`latency at ${half} req/s …`);
+      ({ out: latency, fsyncs } = await measure(half, true));
+      // The goal's rate is only a latency measurement if fenced writes keep up with it; when
+      // they saturate below it, the comparison is also made at a rate both sustain.
+      sustained = Math.max(100, Math.floor(redisResult.rps / 2));
+      say(`latency at ${sustained} req/s (half the fenced saturation rate) …`);
+      ({ out: latencySustained } = await measure(sustained, false));
+    } finally {
+      probe.disconnect();
+      shmProbe?.disconnect();
+      if (shm) {
+        await stop(shm.gw.child);
+        await stop(shm.child);
+        await rm(shm.dir, { recursive: true, force: true });
+      }
+    }
+  }
 
-  // Memory over a long run at half rate.
-  say(`resident memory over ${SOAK} s …`);
+  // Memory over a long run at half rate (the paced generator: open loop).
   const samples = [];
-  const soak = run(redis.data, { tokens, rate: half, seconds: SOAK });
-  const sampler = setInterval(() => void rssKiB(redis.child.pid).then((k) => samples.push(k)), 5000);
-  const soakResult = summarize('soak', await soak);
-  clearInterval(sampler);
-  await stop(redis.child);
+  let soakResult;
+  if (want('soak')) {
+    say(`resident memory over ${SOAK} s …`);
+    const sampler = setInterval(() => void rssKiB(redis.child.pid).then((k) => samples.push(k)), 5000);
+    soakResult = await gen.run({
+      origin: redis.data,
+      tokens,
+      rate: half,
+      seconds: SOAK,
+      connections: CONNECTIONS,
+    });
+    clearInterval(sampler);
+  }
+  await gen?.close();
+  if (redis) await stop(redis.child);
   await stop(bare.child);
 
   // kind: postgres (lock store: the same durable Redis) vs a raw UPDATE loop.
-  const pgKind = await benchPostgresKind({
-    tmp,
-    store: `redis://127.0.0.1:${redisPort}`,
-    fencegate,
-    stop,
-    seconds: SECONDS,
-    connections: CONNECTIONS,
-    pgUrl: PG_URL,
-    locks: LOCKS,
-    say,
+  let pgKind;
+  if (want('pgkind')) {
+    pgKind = await benchPostgresKind({
+      tmp,
+      store: `redis://127.0.0.1:${redisPort}`,
+      fencegate,
+      stop,
+      seconds: SECONDS,
+      connections: CONNECTIONS,
+      pgUrl: PG_URL,
+      locks: LOCKS,
+      say,
+      run: (url, opts) => wrk(url, { connections: CONNECTIONS, threads: WRK_THREADS, locks: LOCKS, ...opts }),
+    });
+  }
+
+  const md = report({
+    started,
+    results,
+    bareResult,
+    unfencedResult,
+    unfencedRedis,
+    embeddedResult,
+    embeddedIdleKiB,
+    embeddedLoadKiB,
+    postgresResult,
+    redisResult,
+    workersResult,
+    staleResult,
+    staleCommands,
+    pgKind,
+    half,
+    latency,
+    sustained,
+    latencySustained,
+    fsyncs,
+    soakResult,
+    samples,
   });
-
-  // Clean up the Postgres schema.
-  const c = new pg.Client({ connectionString: PG_URL });
-  await c.connect();
-  await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-  await c.end();
-
-  const ratio = (a, b) => (a / b).toFixed(3);
-  const rows = results.map(
-    (r) =>
-      `| ${r.name} | ${Math.round(r.rps)} | ${r.p50} | ${r.p99} | ${ratio(r.rps, bareResult.rps)} | ${r.rssMiB === undefined ? '–' : r.rssMiB.toFixed(0)} | ${r.bad} |`,
-  );
-  const us = (v) => (v === undefined ? '–' : v.toFixed(1));
-  const pair = (r) => (r.cpu.proxy === undefined ? undefined : r.cpu.proxy + (r.cpu.store ?? 0));
-  const bareCpu = pair(bareResult);
-  const cpuRows = results.map(
-    (r) =>
-      `| ${r.name} | ${us(r.cpu.proxy)} | ${us(r.cpu.store)} | ${us(pair(r))} | ${us(r.cpu.upstream)} | ${us(r.cpu['load generator'])} | ${pair(r) === undefined ? '–' : (pair(r) / bareCpu).toFixed(2)} |`,
-  );
-  const staleTotal = staleCommands.reduce((a, [, n]) => a + n, 0);
-  // RSS follows the young generation's sawtooth (tens of MiB), so the trend is read from
-  // the troughs (lowest sample of each half, after the first) and a fitted slope.
-  const settled = samples.slice(1).map((k) => k / 1024);
-  const halfAt = Math.floor(settled.length / 2);
-  const troughFirst = Math.min(...settled.slice(0, halfAt));
-  const troughSecond = Math.min(...settled.slice(halfAt));
-  const md = `# Benchmark results
-
-Run ${started.toISOString()} on ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB,
-Node ${process.version}. Everything on loopback, on one machine: load generator (autocannon,
-${CONNECTIONS} connections), upstream, proxy and store share the 2 cores, so absolute numbers
-are low and the ratios are what to read. ${LOCKS} locks, PUT with a 90-byte JSON body, ${SECONDS} s per
-row after a 2 s warm-up. "bad" counts non-2xx answers, errors and timeouts; "RSS after" is the
-gateway process's resident memory right after its row (with workers: the largest process).
-
-## Saturation throughput
-
-| setup | req/s | p50 ms | p99 ms | × bare proxy | RSS after, MiB | bad |
-|---|---|---|---|---|---|---|
-${rows.join('\n')}
-
-Goals: fenced writes on Redis ≥ 0.85× the bare proxy → **${ratio(redisResult.rps, bareResult.rps)}×**;
-unfenced route ≥ 1.0× → **${ratio(results[2].rps, bareResult.rps)}×** (on the Redis-store process:
-**${ratio(unfencedRedis.rps, bareResult.rps)}×**). Fenced rows run \`--workers 1\` unless named;
-with \`--workers 2\` (two gateway processes sharing the data port, on the same 2 cores as the
-load generator, upstream and store) → **${ratio(workersResult.rps, bareResult.rps)}×**
-(${ratio(workersResult.rps, redisResult.rps)}× one worker).
-Fenced writes on the Postgres store ≥ 0.35× the bare proxy → **${ratio(postgresResult.rps, bareResult.rps)}×**.
-Gateway RSS after its rows ≤ 200 MiB → **${Math.max(0, ...results.map((r) => r.rssMiB ?? 0)).toFixed(0)} MiB** (largest).
-Fenced writes on the embedded store ≥ 0.5× the Redis store → **${ratio(embeddedResult.rps, redisResult.rps)}×**
-(rows far apart in time: \`node bench/embedded.mjs\` interleaves the two); the embedded store's
-process resident at idle / after its runs ≤ 150 MB → **${(embeddedIdleKiB / 1024).toFixed(1)} / ${(embeddedLoadKiB / 1024).toFixed(1)} MiB**.
-
-### CPU per request, per process
-
-From \`/proc/<pid>/stat\` (utime + stime of the process and its children, 10 ms ticks) over
-each row's measured run, divided by the requests answered, in µs. "proxy" is the bare proxy or
-the fencegate process; "store" the private redis-server (the Postgres server is shared and
-not counted; the embedded store runs inside the fencegate process); the load generator is
-autocannon, in the bench's own process.
-
-| setup | proxy | store | proxy + store | upstream | load generator | proxy + store × bare proxy |
-|---|---|---|---|---|---|---|
-${cpuRows.join('\n')}
-
-Goal: the fenced path's gateway + store CPU per write ≤ 1.3× the bare proxy's per request →
-**${(pair(redisResult) / bareCpu).toFixed(2)}×**.
-
-## Stale floods (Redis store)
-
-Every lock's token superseded by a newer one written once; then the same PUTs with the
-old tokens, all refused 409 \`stale-token\` (${staleResult.bad} answered otherwise).
-
-| | req/s | × admitted fenced writes |
-|---|---|---|
-| admitted fenced writes (the row above) | ${Math.round(redisResult.rps)} | 1.000 |
-| stale writes refused | ${Math.round(staleResult.rps)} | ${ratio(staleResult.rps, redisResult.rps)} |
-
-Goal ≥ 3× → **${ratio(staleResult.rps, redisResult.rps)}×**. Redis \`INFO commandstats\` over the
-${staleResult.total} refused writes: ${staleTotal} calls (${staleCommands.map(([c, n]) => `${c} ${n}`).join(', ') || 'none'}),
-${(staleTotal / Math.max(1, staleResult.total)).toFixed(4)} per refused write (the gateway session's beats and
-the sweeper run on their own timers, whatever the load).
-
-## \`kind: postgres\`: fenced row writes vs raw \`UPDATE … WHERE id = $1\`
-
-Same Postgres server, same concurrency (${CONNECTIONS}), ${LOCKS} rows; the gateway's lock store is the
-durable Redis above. Each fenced write through the gateway is one transaction that
-compares-and-sets the lock's fence row and updates the row; the raw loop is one
-\`UPDATE\` per call on a ${CONNECTIONS}-connection node-postgres pool.
-
-| setup | writes/s | p50 ms | p99 ms | bad |
-|---|---|---|---|---|
-| raw node-postgres UPDATE loop | ${Math.round(pgKind.raw)} | – | – | 0 |
-| fencegate kind: postgres, fenced PUT | ${Math.round(pgKind.gateway)} | ${pgKind.p50} | ${pgKind.p99} | ${pgKind.bad} |
-
-Goal ≥ 0.6× the raw loop → **${ratio(pgKind.gateway, pgKind.raw)}×**.
-
-## Latency added by fencing at half the bare proxy's saturation rate (${half} req/s)
-
-Open loop, evenly paced (\`bench/paced.mjs\`; latency counted from when each request was due,
-so a setup that falls behind is charged for its queue), ${SECONDS} s per row.
-
-| setup | req/s answered | p50 ms | p99 ms | max ms | bad |
-|---|---|---|---|---|---|
-${latencyRow('bare proxy', bareHalf)}
-${latencyRow('fenced, redis', fencedHalf)}
-
-${
-  keptUp(fencedHalf)
-    ? `p99 added by fencing: **${(fencedHalf.p99 - bareHalf.p99).toFixed(2)} ms** (goal ≤ 1 ms).`
-    : `Fenced writes did not keep up with this rate (${Math.round(fencedHalf.rps)} of ${half} req/s answered, ${fencedHalf.bad} bad): it is at or above their saturation, so their latency here is queueing; the goal is **not met**.`
-}
-
-At ${sustained} req/s (half the fenced saturation rate, which both sustain):
-
-| setup | req/s answered | p50 ms | p99 ms | max ms | bad |
-|---|---|---|---|---|---|
-${latencyRow('bare proxy', bareSustained)}
-${latencyRow('fenced, redis', fencedSustained)}
-
-Added by fencing there: p50 **${(fencedSustained.p50 - bareSustained.p50).toFixed(2)} ms**, p99 **${(fencedSustained.p99 - bareSustained.p99).toFixed(2)} ms**.
-
-## Resident memory over ${SOAK} s (fenced, redis, ${half} req/s, ${soakResult.total} requests, ${soakResult.bad} bad)
-
-Samples every 5 s (MiB): ${samples.map((k) => (k / 1024).toFixed(1)).join(', ')}.
-Lowest sample of the first half vs the second (from the second sample on): ${troughFirst.toFixed(1)} → ${troughSecond.toFixed(1)} MiB (${(troughSecond - troughFirst).toFixed(1)}); fitted slope ${slopePerMinute(settled, 5).toFixed(1)} MiB/min.
-`;
-  // A hand-written "What limits it" section (profile findings) is carried over to the new results.
-  const previous = await readFile(join(ROOT, 'bench', 'RESULTS.md'), 'utf8').catch(() => '');
-  const notesAt = previous.indexOf('\n## What limits it');
-  const notes = notesAt < 0 ? '' : previous.slice(notesAt);
-  await writeFile(join(ROOT, 'bench', 'RESULTS.md'), md + notes);
+  if (ONLY === null) {
+    // A hand-written "What limits it" section (profile findings) is carried over to the new results.
+    const previous = await readFile(join(ROOT, 'bench', 'RESULTS.md'), 'utf8').catch(() => '');
+    const notesAt = previous.indexOf('\n## What limits it');
+    const notes = notesAt < 0 ? '' : previous.slice(notesAt);
+    await writeFile(join(ROOT, 'bench', 'RESULTS.md'), md + notes);
+  }
   process.stdout.write(`\n${md}`);
   await rm(tmp, { recursive: true, force: true });
 }
