@@ -205,7 +205,8 @@ async function measure(build, mode, env) {
   gw.child.kill('SIGTERM');
   await once(gw.child, 'exit');
   // FG_GATEWAY_OUTPUT=FILE keeps the gateway's output (e.g. with --trace-deopt in FG_GATEWAY_NODE_ARGS).
-  if (process.env.FG_GATEWAY_OUTPUT) await writeFile(process.env.FG_GATEWAY_OUTPUT, gw.seen.text, { flag: 'a' });
+  if (process.env.FG_GATEWAY_OUTPUT)
+    await writeFile(process.env.FG_GATEWAY_OUTPUT, gw.seen.text, { flag: 'a' });
   const per = (k) => (after[k] - before[k]) / WRITES;
   return {
     build,
