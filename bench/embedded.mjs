@@ -74,6 +74,9 @@ async function fencegate(store, policyDir) {
       '127.0.0.1:0',
       '--control',
       '127.0.0.1:0',
+      // One process (the default is one per CPU): the resident memory read is the whole gateway's.
+      '--workers',
+      '1',
     ],
     /listening data=([^\s"]+) control=([^\s"]+)/,
   );
