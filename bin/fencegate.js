@@ -1,5 +1,5 @@
 #!/bin/sh
-":" //; s=32 g=100; case " $NODE_OPTIONS " in *--max-semi-space-size*) s= ;; esac; exec node ${s:+--max-semi-space-size=$s} ${g:+--heap-growing-percent=$g} "$0" "$@"
+":" //; s=32 g=100; case "$FENCEGATE_HEAP" in compact) s=16 g=20 ;; ''|fast) ;; *) echo "fencegate: FENCEGATE_HEAP must be fast or compact, not '$FENCEGATE_HEAP'" >&2; exit 2 ;; esac; case " $NODE_OPTIONS " in *--max-semi-space-size*) s= ;; esac; exec node ${s:+--max-semi-space-size=$s} ${g:+--heap-growing-percent=$g} "$0" "$@"
 // The two lines above are read by sh when this file is run as a program (the installed
 // `fencegate` command): they start Node with
 // - a 32 MiB young-generation semi-space (s) unless NODE_OPTIONS already sets one. With
@@ -7,6 +7,9 @@
 //   on the store to the old generation; 32 cut the gateway's CPU per fenced write by ~20 %
 //   at first, ~5 % since the Redis fence batches (ADR 0004). s=16 saves 32 MiB resident;
 //   s=16 g=20 keeps the embedded store's process within 150 MB (docs/gateway.md, "Performance").
+// - FENCEGATE_HEAP=compact instead: s=16 g=20, for the embedded store within 150 MB under
+//   load, at ~10–25 % more CPU per fenced write (ADR 0004, addendum); `fast` (the default)
+//   is s=32 g=100. Any other value stops the command with a message.
 // - an old-generation growth factor of 2 (g: --heap-growing-percent, which NODE_OPTIONS
 //   cannot carry): the old generation is collected once it has doubled since the last
 //   full collection, instead of at up to 4× (V8's own choice), so the resident memory

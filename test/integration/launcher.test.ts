@@ -1,0 +1,56 @@
+/**
+ * The installed `fencegate` command (bin/fencegate.js run as a program) starts Node with
+ * the heap settings of ADR 0004: `fast` (the default) or `compact` (FENCEGATE_HEAP), a
+ * semi-space already in NODE_OPTIONS left alone, and an unknown value refused with a
+ * message. The flags are read back from the started process's own execArgv.
+ */
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const BIN = fileURLToPath(new URL('../../bin/fencegate.js', import.meta.url));
+const SHOW =
+  "--import=data:text/javascript,process.stderr.write('argv='+JSON.stringify(process.execArgv)+'\\n')";
+
+function run(env: Record<string, string>): { status: number | null; argv: string[] | null; stderr: string } {
+  const r = spawnSync(BIN, ['--version'], {
+    env: { ...process.env, NODE_OPTIONS: SHOW, ...env },
+    encoding: 'utf8',
+    timeout: 30_000,
+  });
+  const m = /^argv=(.*)$/m.exec(r.stderr);
+  return {
+    status: r.status,
+    argv: m?.[1] === undefined ? null : (JSON.parse(m[1]) as string[]),
+    stderr: r.stderr,
+  };
+}
+
+describe('the fencegate command', () => {
+  it('starts Node with 32 MiB semi-spaces and the old generation collected at twice its size by default', () => {
+    expect(run({}).argv).toEqual(['--max-semi-space-size=32', '--heap-growing-percent=100']);
+    expect(run({ FENCEGATE_HEAP: 'fast' }).argv).toEqual([
+      '--max-semi-space-size=32',
+      '--heap-growing-percent=100',
+    ]);
+  });
+
+  it('starts the compact heap with FENCEGATE_HEAP=compact', () => {
+    expect(run({ FENCEGATE_HEAP: 'compact' }).argv).toEqual([
+      '--max-semi-space-size=16',
+      '--heap-growing-percent=20',
+    ]);
+  });
+
+  it('leaves a semi-space set in NODE_OPTIONS alone', () => {
+    const r = run({ NODE_OPTIONS: `${SHOW} --max-semi-space-size=8` });
+    expect(r.argv).toEqual(['--heap-growing-percent=100']);
+  });
+
+  it('refuses an unknown FENCEGATE_HEAP with a message naming it', () => {
+    const r = run({ FENCEGATE_HEAP: 'tiny' });
+    expect(r.status).toBe(2);
+    expect(r.argv).toBeNull();
+    expect(r.stderr).toContain("FENCEGATE_HEAP must be fast or compact, not 'tiny'");
+  });
+});
