@@ -116,7 +116,7 @@ async function stop(child) {
   await Promise.race([once(child, 'exit'), sleep(5000).then(() => child.kill('SIGKILL'))]);
 }
 
-async function fencegate(store, policyDir, extra = []) {
+async function fencegate(store, policyDir, extra = [], env = {}) {
   // Run as the installed command is (bin/fencegate.js starts Node with its tuning flags).
   const { child, m } = await spawnUntil(
     join(ROOT, 'bin/fencegate.js'),
@@ -138,6 +138,7 @@ async function fencegate(store, policyDir, extra = []) {
       ...extra,
     ],
     /listening data=([^\s"]+) control=([^\s"]+)/,
+    { env: { ...process.env, ...env } },
   );
   return { child, data: m[1], control: m[2] };
 }
@@ -420,7 +421,11 @@ load generator, upstream and store) → **${ratio(r.workersResult.rps, bareResul
   if (r.embeddedResult && r.redisResult) {
     goals.push(`Fenced writes on the embedded store ≥ 0.5× the Redis store → **${ratio(r.embeddedResult.rps, r.redisResult.rps)}×**
 (rows far apart in time: \`node bench/embedded.mjs\` interleaves the two); the embedded store's
-process resident at idle / after its runs ≤ 150 MB → **${(r.embeddedIdleKiB / 1024).toFixed(1)} / ${(r.embeddedLoadKiB / 1024).toFixed(1)} MiB**.`);
+process resident at idle / after its runs ≤ 150 MB (143 MiB) → **${(r.embeddedIdleKiB / 1024).toFixed(1)} / ${(r.embeddedLoadKiB / 1024).toFixed(1)} MiB**${
+      r.compactResult
+        ? `; with \`FENCEGATE_HEAP=compact\` **${(r.compactIdleKiB / 1024).toFixed(1)} / ${(r.compactLoadKiB / 1024).toFixed(1)} MiB**, at ${ratio(r.compactResult.rps, r.redisResult.rps)}× the Redis store`
+        : ''
+    }.`);
   }
   const sections = [];
   sections.push(`# Benchmark results
@@ -626,6 +631,9 @@ routes:
   let embeddedResult;
   let embeddedIdleKiB;
   let embeddedLoadKiB;
+  let compactResult;
+  let compactIdleKiB;
+  let compactLoadKiB;
   if (want('embedded')) {
     const embedded = await fencegate(join(tmp, 'embedded'), policyDir);
     await sleep(1000);
@@ -653,6 +661,26 @@ routes:
     results.push(embeddedResult);
     embeddedLoadKiB = await rssKiB(embedded.child.pid);
     await stop(embedded.child);
+
+    // The same store and writes with the command's compact heap (ADR 0004, addendum).
+    say(`fencegate fenced, embedded, FENCEGATE_HEAP=compact …`);
+    const compact = await fencegate(join(tmp, 'embedded-compact'), policyDir, [], {
+      FENCEGATE_HEAP: 'compact',
+    });
+    await sleep(1000);
+    compactIdleKiB = await rssKiB(compact.child.pid);
+    const compactTokens = await acquireTokens(compact.control, 'order');
+    await run(compact.data, { tokens: compactTokens, seconds: 2 });
+    compactResult = await withRss(
+      summarize(
+        'fencegate fenced, embedded store, FENCEGATE_HEAP=compact',
+        await cpuOf(compact.child.pid, null, { run: () => run(compact.data, { tokens: compactTokens }) }),
+      ),
+      compact.child.pid,
+    );
+    results.push(compactResult);
+    compactLoadKiB = await rssKiB(compact.child.pid);
+    await stop(compact.child);
   }
 
   // Postgres store, a throwaway schema on the shared server.
@@ -914,6 +942,9 @@ routes:
     unfencedRedis,
     embeddedResult,
     embeddedIdleKiB,
+    compactResult,
+    compactIdleKiB,
+    compactLoadKiB,
     embeddedLoadKiB,
     postgresResult,
     redisResult,
