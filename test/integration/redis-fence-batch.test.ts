@@ -6,6 +6,7 @@
  * seeded rounds); a call that fails inside a batch fails alone; and a turn's calls really
  * are one command (counted on a private redis-server).
  */
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StoreUnavailableError } from '../../src/errors.js';
 import { lockKeys } from '../../src/store/redis/keys.js';
@@ -117,5 +118,25 @@ describe('fence batches: one script call per turn (private redis-server)', () =>
     expect(calls.get('publish')).toBe(2); // one per lock that had finishes
     for (const k of ['turn:a', 'turn:b'])
       expect((await store.lowerInflight(k, 2n ** 63n - 1n)).count).toBe(0);
+  });
+  it('reads the epoch floor again behind the batch, never before it', async () => {
+    const model = await setUp(store, 'order', RULES);
+    const token = model.locks.get('order:a')?.tokens[3] ?? 0n;
+    const base = { lock: 'order:a', token, check: 'token' as const, session: 'order-live', record: true };
+    await store.admit({ ...base, requestId: 'warm' }); // the first batch reads the floor first
+    const monitor = await new Redis(server.url).monitor();
+    const seen: string[] = [];
+    monitor.on('monitor', (_time: string, args: string[]) => {
+      if (args[0] === 'evalsha' || args[0] === 'eval' || (args[0] === 'hmget' && args[1] === 'fb:epoch'))
+        seen.push(args[0]);
+    });
+    try {
+      await store.admit({ ...base, requestId: 'watched' });
+      await new Promise((r) => setTimeout(r, 200));
+    } finally {
+      monitor.disconnect();
+    }
+    // Redis runs them in this order: the read shows the floor at or after the admission ran.
+    expect(seen).toEqual(['evalsha', 'hmget']);
   });
 });

@@ -156,7 +156,6 @@ export class FenceBatcher {
     if (this.sending) return; // sent() sends it
     const b = this.pending;
     this.pending = null;
-    this.immediate = false;
     if (this.linger !== null) {
       clearTimeout(this.linger);
       this.linger = null;
@@ -166,16 +165,15 @@ export class FenceBatcher {
     const floor = this.floor;
     if (b.admits === 0) {
       // Finishes only: no floor involved ('0' is below every floor, and unused).
-      this.send(b, '0', null);
+      this.send(b, '0', false);
     } else if (floor !== null) {
-      this.send(b, floor, this.redis.hmget(this.epochKey, 'floor'));
+      this.send(b, floor, true);
     } else {
-      // Batches sent while this read is pending read their own: each batch's admissions
-      // are only ordered against their own finishes and redos, which come later anyway.
+      // The epoch first (start, or after the floor changed), then the batch behind it.
       this.readFloor().then(
         (read) => {
           this.floor = read;
-          this.send(b, read, null);
+          this.send(b, read, false);
         },
         (err: unknown) => {
           this.sent();
@@ -185,16 +183,30 @@ export class FenceBatcher {
     }
   };
 
-  /** Sends the batch with `floor`; `reread`: the epoch read queued right behind it, if any. */
-  private send(b: Batch, floor: string, reread: Promise<(string | null)[]> | null): void {
-    const reply = this.redis.fg_fence_batch_v1(
-      b.keys.length,
-      ...b.keys,
-      floor,
-      String(b.channels.length),
-      ...b.channels,
-      ...b.args,
-    );
+  /**
+   * Sends the batch with `floor`; with `withReread`, the epoch's floor is read right behind
+   * it on the same connection (issued after the script call, so Redis runs it after).
+   */
+  private send(b: Batch, floor: string, withReread: boolean): void {
+    let reply: Promise<unknown>;
+    let reread: Promise<(string | null)[]> | null = null;
+    try {
+      reply = this.redis.fg_fence_batch_v1(
+        b.keys.length,
+        ...b.keys,
+        floor,
+        String(b.channels.length),
+        ...b.channels,
+        ...b.args,
+      );
+      if (withReread) reread = this.redis.hmget(this.epochKey, 'floor');
+    } catch (err) {
+      // Never leave the batcher waiting on a batch that was not sent.
+      reread?.catch(() => undefined);
+      this.sent();
+      fail(b, err);
+      return;
+    }
     reply.then(
       async (value) => {
         let current: boolean | Error = true;
