@@ -192,7 +192,7 @@ function refused(
   highest: FencingToken | null,
 ): Verdict {
   const extra = { lock, token: token ?? undefined, highest: highest ?? undefined };
-  return { ok: false, problem: new ProblemError(code, detail, extra), reason, lock, token, highest };
+  return { ok: false, problem: ProblemError.expected(code, detail, extra), reason, lock, token, highest };
 }
 
 /** The store failed: 503 fence-unavailable for `lock`, keeping the guard's detail and Retry-After. */

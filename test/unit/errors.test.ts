@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { PROBLEMS, problemBody } from '../../src/errors.js';
+import { PROBLEMS, ProblemError, problemBody } from '../../src/errors.js';
 
 const doc = readFileSync(new URL('../../docs/errors.md', import.meta.url), 'utf8');
 const documented = new Map(
@@ -27,5 +27,19 @@ describe('problem catalogue', () => {
       token: '41',
       highest: '42',
     });
+  });
+});
+
+describe('ProblemError.expected', () => {
+  it('is the same problem as the constructor gives, without a stack trace, and leaves the stack limit as it was', () => {
+    const limit = Error.stackTraceLimit;
+    const a = ProblemError.expected('stale-token', 'token 5 is older than 7', { lock: 'k', token: 5n });
+    const b = new ProblemError('stale-token', 'token 5 is older than 7', { lock: 'k', token: 5n });
+    expect(a).toBeInstanceOf(ProblemError);
+    expect([a.code, a.status, a.message, a.headers]).toEqual([b.code, b.status, b.message, b.headers]);
+    expect(a.toBody()).toEqual(b.toBody());
+    expect(a.stack?.split('\n').filter((l) => l.trim().startsWith('at '))).toEqual([]);
+    expect(b.stack?.split('\n').some((l) => l.trim().startsWith('at '))).toBe(true);
+    expect(Error.stackTraceLimit).toBe(limit);
   });
 });
