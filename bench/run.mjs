@@ -35,6 +35,7 @@
  * is always measured (every ratio's reference).
  *
  * Env: BENCH_SECONDS (saturation runs and each latency setup's total, default 10),
+ *      BENCH_WARMUP_SECONDS (before each saturation row, default 5),
  *      BENCH_SOAK_SECONDS (default 60), BENCH_CONNECTIONS (default 32), BENCH_WRK_THREADS
  *      (default 2), BENCH_LATENCY_SLICES (default 5), BENCH_GENERATOR_CPUS (pin the paced
  *      generator with taskset, e.g. "1"; default unpinned: pinned to CPU 1 beside unpinned
@@ -58,6 +59,10 @@ import { requireWrk, wrk } from './wrk.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
+// Before each measured row, the same load for this long: a fresh gateway's JIT is still
+// compiling its request path after 2 s (the unfenced route, measured first on a new process,
+// cost 46-71 % more CPU per request than on a process that had already served other rows).
+const WARMUP = Number(process.env.BENCH_WARMUP_SECONDS ?? 5);
 const SOAK = Number(process.env.BENCH_SOAK_SECONDS ?? 60);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
 const WRK_THREADS = Number(process.env.BENCH_WRK_THREADS ?? 2);
@@ -434,7 +439,7 @@ Run ${r.started.toISOString()} on ${cpus().length} × ${cpus()[0]?.model ?? 'cpu
 Node ${process.version}${ONLY === null ? '' : `, only: ${[...ONLY].join(', ')}`}. Everything on loopback, on one machine: the load generator
 (wrk ${WRK_VERSION}, ${WRK_THREADS} threads, ${CONNECTIONS} connections, bench/wrk-put.lua), upstream, proxy and store
 share the 2 cores, so absolute numbers are low and the ratios are what to read. ${LOCKS} locks, PUT
-with a 90-byte JSON body, ${SECONDS} s per row after a 2 s warm-up. "bad" counts answers with another
+with a 90-byte JSON body, ${SECONDS} s per row after a ${WARMUP} s warm-up. "bad" counts answers with another
 status than the row expects (2xx; 409 for the stale row; wrk-put.lua checks every answer),
 socket errors and timeouts; "RSS after" is the gateway process's resident memory right after
 its row (with workers: the largest process).
@@ -619,7 +624,7 @@ routes:
   // The bare proxy is every ratio's reference and sets the latency rows' rate: always measured.
   const bare = await spawnUntil(process.execPath, ['bench/bare-proxy.mjs', upstream], /listening (\S+)/);
   say(`bare @fastify/http-proxy …`);
-  await run(bare.m[1], { seconds: 2 });
+  await run(bare.m[1], { seconds: WARMUP });
   const bareResult = summarize(
     'bare @fastify/http-proxy',
     await cpuOf(bare.child.pid, null, { run: () => run(bare.m[1]) }),
@@ -639,7 +644,7 @@ routes:
     await sleep(1000);
     embeddedIdleKiB = await rssKiB(embedded.child.pid);
     say(`fencegate unfenced route …`);
-    await run(embedded.data, { base: 'open', seconds: 2 });
+    await run(embedded.data, { base: 'open', seconds: WARMUP });
     unfencedResult = await withRss(
       summarize(
         'fencegate, unfenced route',
@@ -650,7 +655,7 @@ routes:
     results.push(unfencedResult);
     say(`fencegate fenced, embedded …`);
     const tokens = await acquireTokens(embedded.control, 'order');
-    await run(embedded.data, { tokens, seconds: 2 });
+    await run(embedded.data, { tokens, seconds: WARMUP });
     embeddedResult = await withRss(
       summarize(
         'fencegate fenced, embedded store',
@@ -670,7 +675,7 @@ routes:
     await sleep(1000);
     compactIdleKiB = await rssKiB(compact.child.pid);
     const compactTokens = await acquireTokens(compact.control, 'order');
-    await run(compact.data, { tokens: compactTokens, seconds: 2 });
+    await run(compact.data, { tokens: compactTokens, seconds: WARMUP });
     compactResult = await withRss(
       summarize(
         'fencegate fenced, embedded store, FENCEGATE_HEAP=compact',
@@ -690,7 +695,7 @@ routes:
     const postgres = await fencegate(PG_URL, policyDir, ['--store-namespace', schema]);
     say(`fencegate fenced, postgres …`);
     const tokens = await acquireTokens(postgres.control, 'order');
-    await run(postgres.data, { tokens, seconds: 2 });
+    await run(postgres.data, { tokens, seconds: WARMUP });
     postgresResult = await withRss(
       summarize(
         'fencegate fenced, postgres store',
@@ -733,7 +738,7 @@ routes:
   // half of it), the stale flood and --workers 2 (their ratios).
   if (['redis', 'latency', 'stale', 'workers'].some(want)) {
     say(`fencegate fenced, redis …`);
-    await run(redis.data, { tokens, seconds: 2 });
+    await run(redis.data, { tokens, seconds: WARMUP });
     redisResult = await withRss(
       summarize(
         'fencegate fenced, redis store (AOF always)',
@@ -746,7 +751,7 @@ routes:
   if (want('redis')) {
     // Unfenced on the same process, for its CPU beside the fenced writes'.
     say(`fencegate unfenced route, redis process …`);
-    await run(redis.data, { base: 'open', seconds: 2 });
+    await run(redis.data, { base: 'open', seconds: WARMUP });
     unfencedRedis = summarize(
       'fencegate, unfenced route (the redis-store process)',
       await cpuOf(redis.child.pid, redisChild.pid, { run: () => run(redis.data, { base: 'open' }) }),
@@ -771,7 +776,7 @@ routes:
     }
     const probe = new Redis(`redis://127.0.0.1:${redisPort}`);
     const stale = { base: 'stale', tokens: staleTokens, expect: 409 };
-    await run(redis.data, { ...stale, seconds: 2 });
+    await run(redis.data, { ...stale, seconds: WARMUP });
     const commandsBefore = await commandCalls(probe);
     const staleMeasured = await cpuOf(redis.child.pid, redisChild.pid, { run: () => run(redis.data, stale) });
     const commandsAfter = await commandCalls(probe);
@@ -793,7 +798,7 @@ routes:
       tokens: leases.map((l) => l.token),
       sequencers: leases.map((l) => l.sequencer),
     };
-    await run(redis.data, { ...sequenced, seconds: 2 });
+    await run(redis.data, { ...sequenced, seconds: WARMUP });
     results.push(
       summarize(
         'fencegate fenced, redis store, check: sequencer',
@@ -807,7 +812,7 @@ routes:
     // `--workers 1`); the one-worker gateway stays idle meanwhile.
     say(`fencegate fenced, redis, --workers 2 …`);
     const redis2 = await fencegate(`redis://127.0.0.1:${redisPort}`, policyDir, ['--workers', '2']);
-    await run(redis2.data, { tokens, seconds: 2 });
+    await run(redis2.data, { tokens, seconds: WARMUP });
     workersResult = summarize(
       'fencegate fenced, redis store, --workers 2',
       await cpuOf(redis2.child.pid, redisChild.pid, { run: () => run(redis2.data, { tokens }) }),
