@@ -16,11 +16,11 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { requireWrk, wrk } from './wrk.mjs';
+import { freePort } from './lib.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -29,14 +29,6 @@ const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
 const LOCKS = 16;
 const children = [];
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function freePort() {
-  const s = createServer().listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  const { port } = s.address();
-  s.close();
-  return port;
-}
 
 async function spawnUntil(cmd, args, pattern) {
   const child = spawn(cmd, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });

@@ -28,12 +28,12 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { realpathSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { requireWrk, wrk } from './wrk.mjs';
+import { freePort, control } from './lib.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const { values: opt } = parseArgs({
@@ -65,14 +65,6 @@ async function variants() {
     if (!m) throw new Error(`--variant NAME[@BUILD]=FLAGS, got ${v}`);
     return { name: m[1], build: resolve(m[2] ?? ROOT), flags: m[3].split(' ').filter(Boolean) };
   });
-}
-
-async function freePort() {
-  const s = createServer().listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  const { port } = s.address();
-  s.close();
-  return port;
 }
 
 async function start(cmd, args, pattern, env = process.env) {
@@ -161,16 +153,6 @@ async function snapshot(pid, file) {
         .map(([k, s]) => [k, `${(s.physical / MiB).toFixed(1)}/${(s.used / MiB).toFixed(1)}`]),
     ),
   };
-}
-
-async function control(url, path, body) {
-  const res = await fetch(`${url}${path}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  if (res.status !== 200) throw new Error(`${path}: ${res.status} ${await res.text()}`);
-  return res.json();
 }
 
 /** Fenced PUTs for `seconds` with wrk (bench/wrk.mjs: the PUT of run.mjs's rows, statuses checked). */

@@ -19,13 +19,13 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { Pool } from 'undici';
+import { freePort, control } from './lib.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const { values: opt } = parseArgs({
@@ -45,14 +45,6 @@ const LOCKS = 16;
 const CONNECTIONS = 8;
 const children = [];
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function freePort() {
-  const s = createServer().listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  const { port } = s.address();
-  s.close();
-  return port;
-}
 
 async function start(cmd, args, pattern) {
   const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -93,16 +85,6 @@ async function redisCounters(redis) {
   }
   const reads = Number(/total_reads_processed:([0-9]+)/.exec(await redis.info('stats'))[1]);
   return { commands, reads };
-}
-
-async function control(url, path, body) {
-  const res = await fetch(`${url}${path}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  if (res.status !== 200) throw new Error(`${path}: ${res.status} ${await res.text()}`);
-  return res.json();
 }
 
 /** PUTs from CONNECTIONS loops; returns the answers that were not `want`. */

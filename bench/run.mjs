@@ -45,7 +45,6 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir, cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -56,6 +55,7 @@ import { interleaved } from './latency.mjs';
 import { pacedGenerator } from './paced.mjs';
 import { benchPostgresKind } from './postgres-kind.mjs';
 import { requireWrk, wrk } from './wrk.mjs';
+import { freePort } from './lib.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
@@ -90,14 +90,6 @@ const LOCKS = 16;
 const PG_URL = process.env.FENCEGATE_TEST_POSTGRES ?? 'postgres://postgres@127.0.0.1:5432/test';
 const children = [];
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function freePort() {
-  const s = createServer().listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  const { port } = s.address();
-  s.close();
-  return port;
-}
 
 async function spawnUntil(cmd, args, pattern, opts = {}) {
   const child = spawn(cmd, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], ...opts });
