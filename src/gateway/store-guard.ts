@@ -88,19 +88,16 @@ export class StoreGuard {
    * while it is open) and never throws: an entry that cannot be removed now is handed
    * to `finishLater` (the gateway session retries it once the store answers again).
    */
-  async finish(lock: string, requestId: string): Promise<void> {
-    try {
-      await this.store.finish(lock, requestId);
-    } catch (err) {
+  finish(lock: string, requestId: string): Promise<void> {
+    return this.store.finish(lock, requestId).catch((err: unknown) => {
       this.log.warn(
         { err, lock, requestId },
         'could not finish in-flight entry; retrying after the next beat',
       );
       this.finishLater?.(lock, requestId);
-    }
+    });
   }
 
-  /** Where failed finishes go to be retried (set by the gateway). */
   finishLater: ((lock: string, requestId: string) => void) | null = null;
 
   /** The store breaker's state (for GET /v1/status). */
