@@ -20,7 +20,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { requireWrk, wrk } from './wrk.mjs';
-import { freePort } from './lib.mjs';
+import { freePort, LISTENING, serveArgs } from './lib.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -56,21 +56,8 @@ async function fencegate(store, policyDir) {
   const started = performance.now();
   const { child, m } = await spawnUntil(
     join(ROOT, 'bin/fencegate.js'),
-    [
-      'serve',
-      '--store',
-      store,
-      '--policies',
-      policyDir,
-      '--listen',
-      '127.0.0.1:0',
-      '--control',
-      '127.0.0.1:0',
-      // One process (the default is one per CPU): the resident memory read is the whole gateway's.
-      '--workers',
-      '1',
-    ],
-    /listening data=([^\s"]+) control=([^\s"]+)/,
+    serveArgs(store, policyDir),
+    LISTENING,
   );
   return { child, data: m[1], control: m[2], startMs: performance.now() - started };
 }

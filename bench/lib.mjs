@@ -21,3 +21,30 @@ export async function control(url, path, body) {
   if (res.status !== 200) throw new Error(`${path}: ${res.status} ${await res.text()}`);
   return res.json();
 }
+
+/**
+ * `fencegate serve` arguments for a benchmark gateway: ports chosen by the system, and one
+ * process (the default is one per CPU), so that the /proc counters and the resident memory
+ * read from its pid are the whole gateway's. Followed by `extra` (a later flag wins).
+ */
+export function serveArgs(store, policies, extra = []) {
+  return [
+    'serve',
+    '--store',
+    store,
+    '--policies',
+    policies,
+    '--listen',
+    '127.0.0.1:0',
+    '--control',
+    '127.0.0.1:0',
+    '--log-level',
+    'error',
+    '--workers',
+    '1',
+    ...extra,
+  ];
+}
+
+/** The line a started gateway prints: its data and control URLs. */
+export const LISTENING = /listening data=([^\s"]+) control=([^\s"]+)/;

@@ -33,7 +33,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { requireWrk, wrk } from './wrk.mjs';
-import { freePort, control } from './lib.mjs';
+import { control, freePort, LISTENING, serveArgs } from './lib.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const { values: opt } = parseArgs({
@@ -204,23 +204,9 @@ async function measure(variant, storeName, setup, tmp, runNo) {
     flags === null ? bin : process.execPath,
     [
       ...(flags === null ? [] : [...flags, bin]),
-      'serve',
-      '--store',
-      store,
-      '--store-namespace',
-      `mem${runNo}`,
-      '--policies',
-      setup.policies,
-      '--listen',
-      '127.0.0.1:0',
-      '--control',
-      '127.0.0.1:0',
-      '--log-level',
-      'error',
-      '--workers',
-      '1',
+      ...serveArgs(store, setup.policies, ['--store-namespace', `mem${runNo}`]),
     ],
-    /listening data=([^\s"]+) control=([^\s"]+)/,
+    LISTENING,
     env,
   );
   const pid = gw.child.pid;

@@ -25,7 +25,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { Pool } from 'undici';
-import { freePort, control } from './lib.mjs';
+import { control, freePort, LISTENING, serveArgs } from './lib.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const { values: opt } = parseArgs({
@@ -113,24 +113,8 @@ async function measure(build, mode, env) {
   if (process.env.FG_GATEWAY_NODE_ARGS) nodeArgs.push(...process.env.FG_GATEWAY_NODE_ARGS.split(' '));
   const gw = await start(
     process.execPath,
-    [
-      ...nodeArgs,
-      join(build, 'bin/fencegate.js'),
-      'serve',
-      '--store',
-      env.store,
-      '--policies',
-      env.policies,
-      '--listen',
-      '127.0.0.1:0',
-      '--control',
-      '127.0.0.1:0',
-      '--log-level',
-      'error',
-      '--workers',
-      '1', // one process: its /proc counters are the whole gateway
-    ],
-    /listening data=([^\s"]+) control=([^\s"]+)/,
+    [...nodeArgs, join(build, 'bin/fencegate.js'), ...serveArgs(env.store, env.policies)],
+    LISTENING,
   );
   const [data, ctl] = [gw.m[1], gw.m[2]];
   const tag = Math.random().toString(36).slice(2, 8);

@@ -55,7 +55,7 @@ import { interleaved } from './latency.mjs';
 import { pacedGenerator } from './paced.mjs';
 import { benchPostgresKind } from './postgres-kind.mjs';
 import { requireWrk, wrk } from './wrk.mjs';
-import { freePort } from './lib.mjs';
+import { freePort, LISTENING, serveArgs } from './lib.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
@@ -117,24 +117,8 @@ async function fencegate(store, policyDir, extra = [], env = {}) {
   // Run as the installed command is (bin/fencegate.js starts Node with its tuning flags).
   const { child, m } = await spawnUntil(
     join(ROOT, 'bin/fencegate.js'),
-    [
-      'serve',
-      '--store',
-      store,
-      '--policies',
-      policyDir,
-      '--listen',
-      '127.0.0.1:0',
-      '--control',
-      '127.0.0.1:0',
-      '--log-level',
-      'error',
-      // One process unless a row asks for workers (the memory soak reads one pid).
-      '--workers',
-      '1',
-      ...extra,
-    ],
-    /listening data=([^\s"]+) control=([^\s"]+)/,
+    serveArgs(store, policyDir, extra),
+    LISTENING,
     { env: { ...process.env, ...env } },
   );
   return { child, data: m[1], control: m[2] };
