@@ -246,11 +246,14 @@ export class GatewaySessions {
     }
   }
 
+  /** All at once (on Redis they travel in one fence batch); a failed one stays for the next beat. */
   private async retryFinishes(): Promise<void> {
-    for (const [k, { lock, requestId }] of this.unfinished) {
-      await this.store.finish(lock, requestId);
-      this.unfinished.delete(k);
-    }
+    if (this.unfinished.size === 0) return;
+    const tries = [...this.unfinished].map(([k, { lock, requestId }]) =>
+      this.store.finish(lock, requestId).then(() => this.unfinished.delete(k)),
+    );
+    const failed = (await Promise.allSettled(tries)).find((t) => t.status === 'rejected');
+    if (failed !== undefined) throw failed.reason;
   }
 }
 

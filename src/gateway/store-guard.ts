@@ -50,14 +50,25 @@ export class StoreGuard {
   }
 
   /**
-   * Admission. If the call fails or times out on our side but the store admits it
-   * later, the orphaned in-flight entry is finished so it does not hold back others.
+   * Admission. When it fails on our side after it was sent, the store may still apply
+   * it: the breaker's timeout fired first and the answer comes later, or the answer was
+   * lost (a paused store, a network cut holding the command in the send queue until the
+   * link is back). Its in-flight entry would then hold back every higher token of the
+   * lock for as long as this gateway's session lives, so it is finished: at once when a
+   * late answer says it was admitted, else after the next beat the store acknowledges
+   * (the gateway session retries it) — on Redis behind the lost command on the same
+   * connection, so it cannot overtake it. Finishing an entry that was never made is a
+   * no-op.
    */
   admit(req: AdmitRequest): Promise<AdmitResult> {
     let pending: Promise<AdmitResult> | undefined;
     return this.call('admit', () => (pending = this.store.admit(req))).catch((err: unknown) => {
       if (req.record && pending !== undefined) {
-        pending.then((r) => (r.ok ? this.finish(req.lock, req.requestId) : undefined)).catch(() => undefined);
+        const { lock, requestId } = req;
+        pending.then(
+          (r) => (r.ok ? this.finish(lock, requestId) : undefined),
+          () => this.finishLater?.(lock, requestId),
+        );
       }
       throw err;
     });
