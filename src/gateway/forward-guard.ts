@@ -26,7 +26,7 @@ import { sessionLapsed, type SessionLease } from './session.js';
 
 export type CutReason = (typeof CUT_REASONS)[number];
 
-/** The error undici and reply-from see for a request the gateway cut; carries the problem to send. */
+/** The error undici sees for a request the gateway cut; carries the problem to send. */
 export class ForwardCutError extends Error {
   /** A late upstream counts against its circuit breaker (a timeout code); other cuts do not. */
   readonly code: string;
@@ -286,7 +286,7 @@ export class LeaseCheckedBody extends Transform {
 }
 
 /** undici's legacy handler interface, as its Request calls it (see GuardedHandler). */
-interface LegacyHandler {
+export interface LegacyHandler {
   onConnect?(abort: (err?: Error) => void, context?: unknown): void;
   onResponseStarted?(): void;
   onHeaders?(

@@ -1,17 +1,18 @@
 /**
- * Forwarding to an HTTP upstream with @fastify/reply-from over undici, for the kinds
- * that speak HTTP (http, s3). Bodies are never parsed or buffered: the pass-through
- * content parser (serve.ts) hands the request stream to undici as is. Request headers
- * are cleaned before the gateway adds its own.
+ * Forwarding to an HTTP upstream over undici, for the kinds that speak HTTP (http, s3).
+ * Bodies are never parsed or buffered: the pass-through content parser (serve.ts) hands
+ * the request stream to undici as is, and the answer is written to the client's socket
+ * as undici delivers it (ResponseWriter), without a response stream or fastify's send
+ * path in between. Request headers are cleaned before the gateway adds its own.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { IncomingHttpHeaders } from 'node:http';
 import { ProblemError } from '../errors.js';
 import type { GatewayRequestState } from './context.js';
 import {
   FENCING_SEQUENCER,
   FENCING_TOKEN,
   forwardingHeaders,
+  headersFromRaw,
   stripRequestHeaders,
   stripResponseHeaders,
   type Headers,
@@ -22,7 +23,8 @@ import { ForwardGuard, type ForwardCutError } from './forward-guard.js';
 import type { KindEnvironment } from './kinds/types.js';
 import { sendProblem } from '../http/problems.js';
 import { upstreamProblem } from './upstream-errors.js';
-import { attachScope, type ForwardScope } from './upstreams.js';
+import type { ForwardScope, UpstreamPool, UpstreamSink } from './upstreams.js';
+import type { CompiledUpstream } from '../policy/index.js';
 
 const FENCED_ROUTE_DROPS = [FENCING_TOKEN, FENCING_SEQUENCER];
 const PLAIN_ROUTE_DROPS = [FENCING_SEQUENCER];
@@ -139,9 +141,11 @@ export function forwardHttp(
     },
   );
   let clientLeft = false;
+  const writer = new ResponseWriter(request, reply, upstream, pool, () => clientLeft);
   reply.raw.once('close', () => {
     clientLeft = !reply.raw.writableFinished;
     guard.clientClosed();
+    if (clientLeft) writer.clientClosed();
   });
   // Routed, fenced and past the drain barrier: only now may a client waiting on
   // `Expect: 100-continue` start its upload.
@@ -159,24 +163,126 @@ export function forwardHttp(
     clientGone: () => clientLeft,
   };
   const asSent = settings.asSent === true;
-  // The query goes on as received (reply-from appends the raw query of the request).
-  const target = asSent ? state.path : upstream.basePath + state.path;
-  return reply.from(target, {
-    getUpstream: () => upstream.origin,
-    rewriteRequestHeaders: (_req, headers) => {
-      const out = upstreamRequestHeaders(request, state, headers as Headers, trustProxy);
-      if (asSent && request.headers.host !== undefined) out.host = request.headers.host;
-      return attachScope(out, scope) as IncomingHttpHeaders;
-    },
-    rewriteHeaders: (headers) => stripResponseHeaders(headers as Headers) as IncomingHttpHeaders,
-    retryDelay: () => null,
-    onError: (errReply, { error }) => {
-      request.log.warn({ err: error, upstream: upstream.name }, 'upstream request failed');
-      if (errReply.sent || reply.raw.destroyed) return;
-      sendCut(
-        errReply as FastifyReply,
-        upstreamProblem(error, upstream.name, pool.retryAfterSeconds(upstream)),
-      );
-    },
-  });
+  // The path as routed (and fenced), the query as received.
+  const url = request.raw.url ?? '/';
+  const q = url.indexOf('?');
+  const path = (asSent ? state.path : upstream.basePath + state.path) + (q < 0 ? '' : url.slice(q));
+  const headers = upstreamRequestHeaders(
+    request,
+    state,
+    { ...request.headers, host: hostOf(upstream) },
+    trustProxy,
+  );
+  if (asSent && request.headers.host !== undefined) headers.host = request.headers.host;
+  const body = request.body as NodeJS.ReadableStream | undefined;
+  pool.forward(
+    scope,
+    { method: request.method, path, headers: headers as Record<string, string>, body: body ?? null },
+    writer,
+  );
+  return reply;
+}
+
+/** host[:port] of the upstream's origin (the Host header it gets), once per compiled upstream. */
+const hosts = new WeakMap<CompiledUpstream, string>();
+function hostOf(upstream: CompiledUpstream): string {
+  let host = hosts.get(upstream);
+  if (host === undefined) {
+    host = new URL(upstream.origin).host;
+    hosts.set(upstream, host);
+  }
+  return host;
+}
+
+/**
+ * Passes the upstream's answer to the client as it arrives: the status and cleaned
+ * headers, then the body chunks with undici's own flow control (a full socket pauses
+ * the upstream connection until it drains). No answer: a problem, through fastify.
+ */
+class ResponseWriter implements UpstreamSink {
+  private abort: ((err?: Error) => void) | null = null;
+  private resume: (() => void) | null = null;
+  private readonly drained = () => this.resume?.();
+
+  constructor(
+    private readonly request: FastifyRequest,
+    private readonly reply: FastifyReply,
+    private readonly upstream: CompiledUpstream,
+    private readonly pool: UpstreamPool,
+    private readonly clientLeft: () => boolean,
+  ) {}
+
+  onStart(abort: (err?: Error) => void): void {
+    this.abort = abort;
+  }
+
+  /**
+   * The client's connection closed before its answer was written whole. Once the answer
+   * is streaming, the rest of it is not read. Before that the request goes on: the
+   * upstream may apply it whether or not anyone hears the answer, and its in-flight
+   * entry must count until it settles.
+   */
+  clientClosed(): void {
+    if (this.resume !== null) this.abort?.(new ClientGoneError());
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
+    const res = this.reply.raw;
+    if (res.destroyed || this.clientLeft()) {
+      // The client went away while the upstream worked: nothing to pass the answer to.
+      this.abort?.(new ClientGoneError());
+      return false;
+    }
+    const headers = stripResponseHeaders(headersFromRaw(rawHeaders));
+    // An HTTP/1 connection cannot take its next request until this one's body was read.
+    if (!this.request.raw.complete) headers.connection = 'close';
+    this.reply.hijack();
+    try {
+      res.writeHead(statusCode, headers as Record<string, string | string[]>);
+    } catch (err) {
+      this.request.log.warn({ err, upstream: this.upstream.name }, 'upstream answer cannot be passed on');
+      res.destroy();
+      this.abort?.(new ClientGoneError());
+      return false;
+    }
+    this.resume = resume;
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    const res = this.reply.raw;
+    if (res.write(chunk)) return true;
+    res.once('drain', this.drained);
+    return false;
+  }
+
+  onComplete(): void {
+    this.reply.raw.end();
+  }
+
+  /** The answer broke off after its headers: the client's response is cut too. */
+  onError(err: Error): void {
+    if (!(err instanceof ClientGoneError)) {
+      this.request.log.warn({ err, upstream: this.upstream.name }, 'upstream answer broke off');
+    }
+    this.reply.raw.destroy();
+  }
+
+  failed(err: Error): void {
+    const { reply, upstream } = this;
+    if (!(err instanceof ClientGoneError)) {
+      this.request.log.warn({ err, upstream: upstream.name }, 'upstream request failed');
+    }
+    if (reply.sent || reply.raw.destroyed) return;
+    sendCut(reply, upstreamProblem(err, upstream.name, this.pool.retryAfterSeconds(upstream)));
+  }
+}
+
+/** Aborts an upstream request whose client is gone (not the upstream's failure). */
+class ClientGoneError extends Error {
+  readonly code = 'FG_CLIENT_GONE';
+  constructor() {
+    super('the client went away before the answer could be passed on');
+    this.name = 'ClientGoneError';
+  }
 }

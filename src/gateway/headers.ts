@@ -175,6 +175,23 @@ export function stripRequestHeaders(
 }
 
 /**
+ * An answer's raw header list (undici's name/value buffers) as an object: lower-cased
+ * names, a repeated header's values in an array, in order (as undici's own responses).
+ */
+export function headersFromRaw(rawHeaders: readonly Buffer[]): Headers {
+  const out = Object.create(null) as Record<string, string | string[]>;
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const name = (rawHeaders[i] as Buffer).toString('latin1').toLowerCase();
+    const value = (rawHeaders[i + 1] as Buffer).toString('latin1');
+    const seen = out[name];
+    if (seen === undefined) out[name] = value;
+    else if (Array.isArray(seen)) seen.push(value);
+    else out[name] = [seen, value];
+  }
+  return out;
+}
+
+/**
  * Removes hop-by-hop headers, those the upstream named in its `Connection` header, and
  * `x-fencegate-*` (only the gateway speaks for itself to the client).
  */

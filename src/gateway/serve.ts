@@ -1,9 +1,8 @@
 /**
- * Serving routed requests: one catch-all route (registered through @fastify/http-proxy,
- * which also installs reply.from and the pass-through body parsers) whose handler hands
- * each request, after routing and the fence, to the runtime of its upstream's kind.
+ * Serving routed requests: one catch-all route whose handler hands each request, after
+ * routing and the fence, to the runtime of its upstream's kind, with a pass-through body
+ * parser (the body stays the request stream, read only by whoever forwards it).
  */
-import httpProxy from '@fastify/http-proxy';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { HTTP_METHODS, type PolicyHolder } from '../policy/index.js';
@@ -41,19 +40,10 @@ async function serve(app: FastifyInstance, opts: ServeOptions): Promise<void> {
   }
 
   // No body is ever parsed: fastify's built-in text/plain parser would buffer (and cap) the
-  // body before the preHandler runs. http-proxy adds pass-through parsers for the rest.
+  // body before the preHandler runs. Every content type passes through as the stream.
   app.removeAllContentTypeParsers();
-  await app.register(httpProxy, {
-    upstream: '',
-    httpMethods: [...HTTP_METHODS],
-    undici: opts.env.pool.dispatcher as never,
-    disableCache: true,
-    disableRequestLogging: true,
-    internalRewriteLocationHeader: false,
-    retryMethods: [],
-    replyOptions: { getUpstream: (request) => request.fencegate?.match.route.upstream.origin ?? '' },
-    handler: (request, reply) => handler(request, reply),
-  });
+  app.addContentTypeParser('*', (_request, payload, done) => done(null, payload));
+  for (const url of ['/', '/*']) app.route({ url, method: [...HTTP_METHODS], handler });
 }
 
 export const servePlugin = fp(serve, {

@@ -2,7 +2,7 @@
  * Classifying upstream failures into problems. Timeouts waiting for the answer are
  * 504 upstream-timeout; everything else (refused, reset, unreachable, DNS, the
  * upstream's circuit open) is 502 upstream-unavailable. Errors are classified by
- * `code`, walking the `cause` chain (reply-from wraps undici's errors), never by
+ * `code`, walking the `cause` chain (a wrapped error keeps its cause), never by
  * message text.
  */
 import { ProblemError } from '../errors.js';

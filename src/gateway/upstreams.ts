@@ -1,22 +1,18 @@
 /**
  * Upstream connections: one undici Pool and one circuit breaker (breaker.ts) per
- * upstream, shared by all requests. reply-from is given `dispatcher` as its undici
- * instance; each forwarded request carries its ForwardScope on the request headers
- * under a private symbol (attachScope; reply-from copies the headers with
- * Object.assign, which keeps symbol keys, and undici only reads string keys). The
- * scope tells the dispatcher which upstream the request is for and lets it report
- * exactly when the upstream request started and settled (answer, error or timeout) —
- * the moment the request's in-flight fence entry can be finished.
- *
- * (An AsyncLocalStorage did this before; merely having one active makes Node run
- * promise hooks for every promise in the process, a measurable cost per request.)
+ * upstream, shared by all requests. `forward` dispatches one request on its upstream's
+ * pool, its handler wrapped by the request's ForwardGuard (GuardedHandler), and hands
+ * the answer to the caller's sink as undici delivers it: no response stream, no promise
+ * per chunk. The scope reports exactly when the upstream request started and settled
+ * (answer headers, error or timeout): the moment the request's in-flight fence entry
+ * can be finished.
  */
 import { isIP } from 'node:net';
 import { rootCertificates } from 'node:tls';
 import { Breaker } from './breaker.js';
 import { Pool, type Dispatcher } from 'undici';
 import type { CaBundle } from '../http/tls.js';
-import { GuardedHandler, type ForwardGuard } from './forward-guard.js';
+import { GuardedHandler, type ForwardGuard, type LegacyHandler } from './forward-guard.js';
 import type { BreakerBoard } from '../observe/breakers.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { CompiledPolicy, CompiledUpstream } from '../policy/index.js';
@@ -34,46 +30,29 @@ export interface ForwardScope {
   clientGone(): boolean;
 }
 
-type RequestOptions = Dispatcher.RequestOptions;
-type ResponseData = Dispatcher.ResponseData;
-type Callback = (err: Error | null, data?: ResponseData) => void;
-
-/** undici's request() (the same function on every dispatcher), called with our own dispatch. */
-const undiciRequest = Pool.prototype.request as unknown as (
-  this: { dispatch(opts: unknown, handler: never): boolean },
-  opts: RequestOptions,
-) => Promise<ResponseData>;
-
-/**
- * The guard of the request being dispatched. undici's request() calls `dispatch`
- * synchronously, so the slot is set right around that call and read inside it. (A symbol
- * key on the request options turned them into a slow-properties object that undici's
- * constructors then read field by field: measured ~10 % of the proxy's throughput.)
- */
-let dispatching: ForwardGuard | null = null;
-
-/**
- * What undici's request() dispatches through for one upstream: the pool, with each
- * request's handler wrapped by its guard (see GuardedHandler). One per upstream client,
- * not per request.
- */
-function guardedTarget(agent: Pool) {
-  return {
-    dispatch: (opts: unknown, handler: never) => {
-      const guard = dispatching;
-      if (guard === null) throw new Error('an upstream request dispatched outside guardedRequest');
-      return agent.dispatch(opts as Dispatcher.DispatchOptions, new GuardedHandler(guard, handler) as never);
-    },
-  };
+/** The request as it goes to the upstream (path with query, headers already rewritten). */
+export interface UpstreamRequest {
+  method: string;
+  path: string;
+  headers: Record<string, string | string[]>;
+  /** The client's body stream (null: none). */
+  body: NodeJS.ReadableStream | null;
 }
 
-function guardedRequest(client: Client, guard: ForwardGuard, request: RequestOptions): Promise<ResponseData> {
-  dispatching = guard;
-  try {
-    return undiciRequest.call(client.target, request);
-  } finally {
-    dispatching = null;
-  }
+/**
+ * Where the answer goes. `onHeaders` gets the final answer (1xx interim ones are not passed
+ * on), then `onData` chunks (false: pause until `resume`), then `onComplete`. `failed` is
+ * called instead when there is no answer (refused, unreachable, timed out, cut, circuit
+ * open), `onError` when the answer breaks off after its headers.
+ */
+export interface UpstreamSink {
+  /** undici is about to write the request; `abort` cancels it (and its answer) from now on. */
+  onStart(abort: (err?: Error) => void): void;
+  onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean;
+  onData(chunk: Buffer): boolean;
+  onComplete(): void;
+  onError(err: Error): void;
+  failed(err: Error): void;
 }
 
 interface Client {
@@ -83,7 +62,6 @@ interface Client {
   /** https: the name the upstream's certificate must carry (null: its IP address is checked). */
   servername: string | null;
   agent: Pool;
-  target: ReturnType<typeof guardedTarget>;
   breaker: Breaker;
   /** Removes the breaker from the board. */
   unlist: () => void;
@@ -91,16 +69,6 @@ interface Client {
 
 export interface UpstreamLog {
   warn(obj: object, msg: string): void;
-}
-
-const SCOPE = Symbol('fencegate.forwardScope');
-
-type ScopedHeaders = Record<string | symbol, unknown>;
-
-/** Attaches `forward` to the upstream request headers (under a symbol, never sent). */
-export function attachScope<H extends object>(headers: H, forward: ForwardScope): H {
-  (headers as ScopedHeaders)[SCOPE] = forward;
-  return headers;
 }
 
 /** Pool settings: as @fastify/reply-from's own default undici pool (the bare proxy's). */
@@ -113,9 +81,6 @@ export class UpstreamPool {
   private readonly clients = new Map<string, Client>();
   /** Upstreams whose breaker state series exist (fencegate_breaker_state). */
   private readonly seeded = new Set<string>();
-
-  /** The `undici` option for @fastify/reply-from. */
-  readonly dispatcher = { request: (opts: RequestOptions, cb: Callback) => this.dispatch(opts, cb) };
 
   constructor(
     private readonly metrics: Metrics,
@@ -163,53 +128,51 @@ export class UpstreamPool {
     await Promise.all(closing);
   }
 
-  private dispatch(opts: RequestOptions, cb: Callback): void {
-    const headers = opts.headers as ScopedHeaders | undefined;
-    const forward = headers?.[SCOPE] as ForwardScope | undefined;
-    if (forward === undefined) {
-      cb(new Error('upstream request outside a forward scope'));
-      return;
-    }
-    delete headers?.[SCOPE];
-    const { upstream } = forward;
+  /**
+   * Sends `request` to the scope's upstream through its circuit breaker; the answer goes
+   * to `sink`. Never throws: every failure reaches `sink.failed` (or `sink.onError`).
+   */
+  forward(scope: ForwardScope, request: UpstreamRequest, sink: UpstreamSink): void {
+    const { upstream, guard } = scope;
     const client = this.client(upstream);
     const started = performance.now();
     const { metrics } = this;
-    // statusClass: 1–5 for 1xx–5xx, 0 for no answer (fencegate_upstream_request_duration_seconds).
-    const observe = (statusClass: number) =>
-      metrics.upstreamTiming(upstream.name, statusClass).observe((performance.now() - started) / 1000);
-    forward.started();
-    const { guard } = forward;
-    const request = {
-      ...opts,
-      body: guard.guardBody(opts.body) as RequestOptions['body'],
+    scope.started();
+    const options: Dispatcher.DispatchOptions = {
+      origin: upstream.origin,
+      path: request.path,
+      method: request.method as Dispatcher.HttpMethod,
+      headers: request.headers,
+      body: guard.guardBody(request.body) as Dispatcher.DispatchOptions['body'],
       headersTimeout: upstream.timeoutMs,
       bodyTimeout: upstream.timeoutMs,
       // undici would take the name to verify (and SNI) from the Host header, which an s3
       // upstream gets as the client sent it: the upstream's own name is what is checked.
       ...(client.servername === null ? {} : { servername: client.servername }),
     };
+    // statusClass: 1–5 for 1xx–5xx, 0 for no answer (fencegate_upstream_request_duration_seconds).
+    const answered = (statusCode: number) => {
+      metrics
+        .upstreamTiming(upstream.name, Math.floor(statusCode / 100))
+        .observe((performance.now() - started) / 1000);
+      scope.settled();
+    };
     // true = "not a failure": client-side errors never open the upstream's circuit.
-    const excused = (err: unknown) => forward.clientGone() || !isUpstreamFailure(err);
+    const excused = (err: unknown) => scope.clientGone() || !isUpstreamFailure(err);
     client.breaker
-      .fire(() => guardedRequest(client, guard, request), excused)
-      .then(
-        (res) => {
-          observe(Math.floor(res.statusCode / 100));
-          forward.settled();
-          // When the client has already gone, reply-from destroys this body without an error
-          // listener, and undici's body then emits RequestAbortedError: unhandled, it would
-          // crash the process. Whoever pipes the body adds its own listeners; this one only
-          // keeps an abandoned body's error from being fatal.
-          res.body.on('error', ignoreAbandonedBodyError);
-          cb(null, res);
-        },
-        (err: Error) => {
-          observe(0);
-          forward.settled();
-          cb(err);
-        },
-      );
+      .fire(
+        () =>
+          new Promise<void>((resolve, reject) => {
+            const handler = new AnswerHandler(sink, answered, resolve, reject);
+            client.agent.dispatch(options, new GuardedHandler(guard, handler) as never);
+          }),
+        excused,
+      )
+      .catch((err: Error) => {
+        metrics.upstreamTiming(upstream.name, 0).observe((performance.now() - started) / 1000);
+        scope.settled();
+        sink.failed(err);
+      });
   }
 
   private client(upstream: CompiledUpstream): Client {
@@ -243,7 +206,6 @@ export class UpstreamPool {
       caVersion,
       servername: serverNameOf(upstream),
       agent,
-      target: guardedTarget(agent),
       breaker,
       unlist,
     };
@@ -291,4 +253,43 @@ function serverNameOf(upstream: CompiledUpstream): string | null {
   return isIP(host.replace(/^\[|\]$/g, '')) === 0 ? host : null;
 }
 
-function ignoreAbandonedBodyError(): void {}
+/**
+ * undici's handler for one forward: settles the breaker's promise when the final answer's
+ * headers arrive (resolved) or when there is none (rejected), and passes the answer on.
+ * An error after the headers is the sink's alone (the upstream did answer).
+ */
+class AnswerHandler implements LegacyHandler {
+  private answered = false;
+
+  constructor(
+    private readonly sink: UpstreamSink,
+    private readonly onAnswer: (statusCode: number) => void,
+    private readonly resolve: () => void,
+    private readonly reject: (err: Error) => void,
+  ) {}
+
+  onConnect(abort: (err?: Error) => void): void {
+    this.sink.onStart(abort);
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
+    if (statusCode < 200) return true; // interim: the guard times the wait for the final one
+    this.answered = true;
+    this.onAnswer(statusCode);
+    this.resolve();
+    return this.sink.onHeaders(statusCode, rawHeaders, resume);
+  }
+
+  onData(chunk: Buffer): boolean {
+    return this.sink.onData(chunk);
+  }
+
+  onComplete(): void {
+    this.sink.onComplete();
+  }
+
+  onError(err: Error): void {
+    if (this.answered) this.sink.onError(err);
+    else this.reject(err);
+  }
+}

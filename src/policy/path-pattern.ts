@@ -135,9 +135,9 @@ export function splitRequestPath(rawPath: string): RequestPath {
       return { ok: false, reason: 'path must not contain dot segments' };
     if (/[/\\\0]/.test(decoded))
       return { ok: false, reason: 'path segments must not encode "/", "\\" or NUL' };
-    // "/.." or "../" in the decoded path (`/orders/..x`, `/a../b`, `/orders/x../`): the
-    // forwarding library (@fastify/reply-from) refuses such a path as traversal, after the
-    // fence has admitted the write. Refused here, before routing, so the fence never moves.
+    // "/.." or "../" in the decoded path (`/orders/..x`, `/a../b`, `/orders/x../`): many
+    // servers and proxies treat such a path as traversal. Refused here, before routing,
+    // so the fence never moves for a write the path might not reach.
     if (decoded.startsWith('..') || (decoded.endsWith('..') && i < parts.length - 1))
       return { ok: false, reason: 'path has ".." at the edge of a segment' };
     segments.push(decoded);

@@ -2,7 +2,7 @@
  * `kind: http`: any REST service behind a reverse proxy. A request on a fenced route
  * writes the route's one lock (rendered from the path and headers); the fence is
  * checked in the lock store and ordered by the drain barrier; the request is forwarded
- * with @fastify/reply-from (../../forward.ts).
+ * over undici (../../forward.ts).
  */
 import { ProblemError } from '../../../errors.js';
 import { renderLock } from '../../../policy/template.js';
