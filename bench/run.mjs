@@ -14,7 +14,10 @@
  * with the other's bookkeeping, and both with their CPU per request measured from /proc):
  *   - saturation rows: wrk (bench/wrk.mjs, bench/wrk-put.lua; `apt-get install wrk`), as
  *     issue 13 measured: 2 threads, 32 connections, closed loop, each lock's Fencing-Token,
- *     every answer's status checked;
+ *     every answer's status checked; then the bare proxy and the Redis process's fenced,
+ *     unfenced and stale writes again in turns (BENCH_TURNS rounds of BENCH_TURN_SECONDS,
+ *     order rotated), which is where the ratio goals are read: rows measured minutes apart
+ *     on this shared host moved the fenced ratio between 0.51 and 0.84 for the same build;
  *   - latency rows: bench/paced.mjs, open loop (latency from when each request was due, so no
  *     coordinated omission), in its own process, with its own event-loop delay and send lag
  *     reported beside the figures; the setups (direct upstream, bare proxy, fenced Redis) take
@@ -36,7 +39,7 @@
  *
  * Env: BENCH_SECONDS (saturation runs and each latency setup's total, default 10),
  *      BENCH_WARMUP_SECONDS (before each saturation row, default 5),
- *      BENCH_SOAK_SECONDS (default 60), BENCH_CONNECTIONS (default 32), BENCH_WRK_THREADS
+ *      BENCH_TURNS (default 5), BENCH_TURN_SECONDS (default 3), BENCH_SOAK_SECONDS (default 60), BENCH_CONNECTIONS (default 32), BENCH_WRK_THREADS
  *      (default 2), BENCH_LATENCY_SLICES (default 5), BENCH_GENERATOR_CPUS (pin the paced
  *      generator with taskset, e.g. "1"; default unpinned: pinned to CPU 1 beside unpinned
  *      servers, interleaved at 1 500 req/s, the bare proxy's slice p99s were 16–102 ms against
@@ -67,6 +70,10 @@ const SOAK = Number(process.env.BENCH_SOAK_SECONDS ?? 60);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
 const WRK_THREADS = Number(process.env.BENCH_WRK_THREADS ?? 2);
 const LATENCY_SLICES = Number(process.env.BENCH_LATENCY_SLICES ?? 5);
+// The goals' ratios are read from the Redis setups measured in turns: this many rounds, each
+// setup BENCH_TURN_SECONDS (default 3) per round, order rotated every round.
+const TURNS = Number(process.env.BENCH_TURNS ?? 5);
+const TURN_SECONDS = Number(process.env.BENCH_TURN_SECONDS ?? 3);
 const GENERATOR_CPUS = process.env.BENCH_GENERATOR_CPUS || null;
 const GROUPS = [
   'direct',
@@ -185,6 +192,50 @@ function slopePerMinute(samples, stepS) {
 function summarize(name, measured, cpu = measured.cpu ?? {}) {
   const r = measured.result ?? measured;
   return { name, rps: r.rps, p50: r.p50, p99: r.p99, total: r.requests, bad: r.bad, cpu };
+}
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+/**
+ * Setups measured in turns: TURNS rounds, each setup TURN_SECONDS per round, the order rotated
+ * every round, so that the host's swings (this machine's throughput moves by ±20 % within
+ * minutes with other tenants' load) hit every setup alike. A setup's figures are over all its
+ * slices: requests over time, CPU per request; p50 the median slice's, p99 the largest.
+ * `perRound[name]` is its req/s in each round, for ratios of setups measured side by side.
+ */
+async function inTurns(setups) {
+  const acc = new Map(
+    setups.map((s) => [s.name, { requests: 0, seconds: 0, bad: 0, cpu: {}, p50: [], p99: [], rps: [] }]),
+  );
+  for (let round = 0; round < TURNS; round++) {
+    for (let k = 0; k < setups.length; k++) {
+      const setup = setups[(round + k) % setups.length];
+      const { result, cpu } = await setup.measure(TURN_SECONDS);
+      const a = acc.get(setup.name);
+      a.requests += result.requests;
+      a.seconds += result.requests / result.rps;
+      a.bad += result.bad;
+      for (const [role, us] of Object.entries(cpu)) a.cpu[role] = (a.cpu[role] ?? 0) + us * result.requests;
+      a.p50.push(result.p50);
+      a.p99.push(result.p99);
+      a.rps.push(result.rps);
+    }
+  }
+  const out = {};
+  for (const [name, a] of acc) {
+    const n = Math.max(1, a.requests);
+    out[name] = {
+      name,
+      rps: a.requests / a.seconds,
+      p50: median(a.p50),
+      p99: Math.max(...a.p99),
+      total: a.requests,
+      bad: a.bad,
+      cpu: Object.fromEntries(Object.entries(a.cpu).map(([role, v]) => [role, v / n])),
+      perRound: a.rps,
+    };
+  }
+  return out;
 }
 
 async function rssKiB(pid) {
@@ -428,7 +479,7 @@ p50/p99 here are latencies at saturation, not the latency goal's (see the paced 
 | setup | req/s | p50 ms | p99 ms | × bare proxy | RSS after, MiB | bad |
 |---|---|---|---|---|---|---|
 ${rows.join('\n')}
-${goals.length > 0 ? `\nGoals: ${goals.join('\n')}\n` : ''}
+${goals.length > 0 ? `\nGoals${r.turns ? ' (these rows, one after another; the ratio goals are read from "The goals\' ratios, measured in turns" below)' : ''}: ${goals.join('\n')}\n` : ''}
 ### CPU per request, per process
 
 From \`/proc/<pid>/stat\` (utime + stime of the process and its children, 10 ms ticks) over
@@ -441,6 +492,37 @@ wrk process (read from /proc by the shell that ran it, once it exited).
 |---|---|---|---|---|---|---|
 ${cpuRows.join('\n')}
 ${r.redisResult ? `\nGoal: the fenced path's gateway + store CPU per write ≤ 1.3× the bare proxy's per request →\n**${(pair(r.redisResult) / bareCpu).toFixed(2)}×**.\n` : ''}`);
+  if (r.turns) {
+    const T = r.turns;
+    const b = T['bare proxy'];
+    const perRound = (x, y) => {
+      const rs = x.perRound.map((v, i) => v / y.perRound[i]);
+      return `${ratio(median(rs), 1)}× (rounds ${ratio(Math.min(...rs), 1)}–${ratio(Math.max(...rs), 1)})`;
+    };
+    const cpuPair = (x) => x.cpu.proxy + (x.cpu.store ?? 0);
+    const turnRow = (x) =>
+      `| ${x.name} | ${Math.round(x.rps)} | ${ms(x.p50)} | ${ms(x.p99)} | ${ratio(x.rps, b.rps)} | ${us(x.cpu.proxy)} | ${us(x.cpu.store)} | ${(cpuPair(x) / cpuPair(b)).toFixed(2)} | ${x.bad} |`;
+    sections.push(`## The goals' ratios, measured in turns
+
+The rows above run one after another; on this shared host the throughput of the same setup
+moves by ±20 % within minutes, which moves ratios of rows measured minutes apart as much. Here
+the bare proxy and the Redis process's fenced writes, unfenced route and stale writes take
+turns: ${TURNS} rounds of ${TURN_SECONDS} s each, the order rotated every round (wrk as above;
+the processes warmed up by the rows above). Figures are over all of a setup's slices; p99 is
+its largest slice's. "per round" is the median (and range) of the ratio between two setups
+measured in the same round, seconds apart.
+
+| setup | req/s | p50 ms | p99 ms | × bare proxy | gateway CPU µs/req | store CPU µs/req | gateway + store × bare | bad |
+|---|---|---|---|---|---|---|---|---|
+${Object.values(T).map(turnRow).join('\n')}
+
+Goals:
+- fenced writes on Redis ≥ 0.85× the bare proxy → **${ratio(T.fenced.rps, b.rps)}×**; per round ${perRound(T.fenced, b)}.
+- unfenced route ≥ 1.0× → **${ratio(T.unfenced.rps, b.rps)}×**; per round ${perRound(T.unfenced, b)}.
+- the fenced path's gateway + store CPU per write ≤ 1.3× the bare proxy's per request → **${(cpuPair(T.fenced) / cpuPair(b)).toFixed(2)}×**.
+- stale writes refused ≥ 3× admitted fenced writes → **${ratio(T.stale.rps, T.fenced.rps)}×**; per round ${perRound(T.stale, T.fenced)}.
+`);
+  }
   if (r.staleResult && r.redisResult) {
     const staleTotal = r.staleCommands.reduce((a, [, n]) => a + n, 0);
     sections.push(`## Stale floods (Redis store)
@@ -698,6 +780,7 @@ routes:
   let unfencedRedis;
   let staleResult;
   let staleCommands = [];
+  let staleTokensForTurns = null;
   let workersResult;
   if (onRedis) {
     redisPort = await freePort();
@@ -742,6 +825,7 @@ routes:
     for (const l of oldLeases) await release(redis.control, l);
     const newLeases = await acquireLeases(redis.control, 'stale');
     const staleTokens = oldLeases.map((l) => l.token);
+    staleTokensForTurns = staleTokens;
     for (let i = 0; i < LOCKS; i++) {
       const res = await fetch(`${redis.data}/stale/${i}`, {
         method: 'PUT',
@@ -763,6 +847,22 @@ routes:
     staleCommands = Object.entries(commandsAfter)
       .map(([cmd, n]) => [cmd, n - (commandsBefore[cmd] ?? 0)])
       .filter(([cmd, n]) => n > 0 && cmd !== 'info');
+  }
+
+  // The goals' ratios: the bare proxy and the Redis process's fenced, unfenced and stale
+  // writes, in turns (the rows above ran one after another, minutes apart).
+  let turns;
+  if (want('redis') && want('stale')) {
+    say(`in turns: bare, fenced, unfenced, stale …`);
+    const staleOld = { base: 'stale', tokens: staleTokensForTurns, expect: 409 };
+    const on = (url, opts, proxy, store) => (seconds) =>
+      cpuOf(proxy, store, { run: () => run(url, { ...opts, seconds }) });
+    turns = await inTurns([
+      { name: 'bare proxy', measure: on(bare.m[1], {}, bare.child.pid, null) },
+      { name: 'fenced', measure: on(redis.data, { tokens }, redis.child.pid, redisChild.pid) },
+      { name: 'unfenced', measure: on(redis.data, { base: 'open' }, redis.child.pid, redisChild.pid) },
+      { name: 'stale', measure: on(redis.data, staleOld, redis.child.pid, redisChild.pid) },
+    ]);
   }
 
   if (want('sequencer')) {
@@ -932,6 +1032,7 @@ routes:
     workersResult,
     staleResult,
     staleCommands,
+    turns,
     pgKind,
     half,
     latency,
