@@ -20,10 +20,12 @@ export const CLIENT_OPTIONS: RedisOptions = {
   commandTimeout: COMMAND_TIMEOUT_MS,
   connectTimeout: CONNECT_TIMEOUT_MS,
   retryStrategy: (times: number) => Math.min(50 * times, 1000),
-  // Commands issued in the same tick go out in one socket write (order preserved, each
-  // command still gets its own reply): one syscall per tick instead of one per command,
-  // and Redis answers the batch after one AOF fsync instead of one per command.
-  enableAutoPipelining: true,
+  // Each command is written when it is called. ioredis's auto-pipelining would gather a
+  // tick's commands into one write, but builds a Pipeline object per tick (it copies every
+  // defined script onto it): on the fenced path, where a turn's calls are already one
+  // script call (fence-batch.ts, which writes it and its epoch re-read in one corked
+  // write), it cost more gateway CPU than the system calls it saved (ADR 0014, addendum).
+  enableAutoPipelining: false,
 };
 
 /** A client plus the last connection-level error it reported (for messages). */

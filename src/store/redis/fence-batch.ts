@@ -190,6 +190,9 @@ export class FenceBatcher {
   private send(b: Batch, floor: string, withReread: boolean): void {
     let reply: Promise<unknown>;
     let reread: Promise<(string | null)[]> | null = null;
+    // Both commands in one socket write (the connection does not auto-pipeline).
+    const stream = this.redis.stream as { cork?: () => void; uncork?: () => void } | undefined;
+    stream?.cork?.();
     try {
       reply = this.redis.fg_fence_batch_v1(
         b.keys.length,
@@ -200,7 +203,9 @@ export class FenceBatcher {
         ...b.args,
       );
       if (withReread) reread = this.redis.hmget(this.epochKey, 'floor');
+      stream?.uncork?.();
     } catch (err) {
+      stream?.uncork?.();
       // Never leave the batcher waiting on a batch that was not sent.
       reread?.catch(() => undefined);
       this.sent();
