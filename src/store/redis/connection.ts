@@ -100,11 +100,7 @@ export function createConnection(url: string, overrides: RedisOptions = {}): Con
 
 /** A second connection with the same options (e.g. the pub/sub subscriber), not yet connected. */
 export function duplicateConnection(conn: Connection, overrides: RedisOptions = {}): Connection {
-  // A subscriber connection sends (UN)SUBSCRIBE only; no pipelining there.
-  return track(
-    conn.client.duplicate({ enableAutoPipelining: false, ...overrides, lazyConnect: true }),
-    conn.where,
-  );
+  return track(conn.client.duplicate({ ...overrides, lazyConnect: true }), conn.where);
 }
 
 function track(client: Redis, where: string): Connection {
