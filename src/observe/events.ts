@@ -54,7 +54,8 @@ export interface FenceEvent {
 
 export type EventInput = Omit<FenceEvent, 'id'>;
 
-export type OwnerLookupFn = (lock: string, token: string) => Promise<string | null>;
+/** The owner at once when it is known (or known to be unknown for now), else a promise of it. */
+export type OwnerLookupFn = (lock: string, token: string) => string | null | Promise<string | null>;
 
 export interface EventLogOptions {
   /** Events kept for GET /v1/events and SSE resumption. Default 10,000. */
@@ -121,7 +122,8 @@ export class EventLog {
 
   /**
    * Records an event. With an owner lookup, an event with a token and no owner is recorded
-   * once the lookup settles (the lookup bounds its own time); otherwise at once.
+   * with the owner the lookup already knows, else once the lookup settles (the lookup bounds
+   * its own time); otherwise at once.
    */
   record(input: EventInput): void {
     const lookup = this.owners;
@@ -135,9 +137,14 @@ export class EventLog {
       this.append(input);
       return;
     }
+    const found = lookup(input.lock, input.token);
+    if (!(found instanceof Promise)) {
+      // Known already (a flood of refusals mostly repeats tokens): no promise per event.
+      this.append(found === null ? input : { ...input, owner: found });
+      return;
+    }
     this.awaitingOwner += 1;
-    const token = input.token;
-    lookup(input.lock, token)
+    found
       .catch(() => null)
       .then((owner) => {
         this.awaitingOwner -= 1;

@@ -53,14 +53,16 @@ export class OwnerLookup {
     this.maxQueued = options.maxQueued ?? 1000;
   }
 
-  /** The owner granted `token` (decimal string) of `lock`, or null when unknown. Never rejects. */
-  async owner(lock: string, token: string): Promise<string | null> {
+  /**
+   * The owner granted `token` (decimal string) of `lock`, or null when unknown: at once from
+   * the cache, else a promise of it once read. Never rejects.
+   */
+  owner(lock: string, token: string): string | null | Promise<string | null> {
     const cached = this.cache.get(lock);
     const known = cached?.owners.get(token);
     if (known !== undefined) return known;
     if (cached !== undefined && performance.now() - cached.at < this.refreshMs) return null;
-    const fresh = await this.read(lock);
-    return fresh?.owners.get(token) ?? null;
+    return this.read(lock).then((fresh) => fresh?.owners.get(token) ?? null);
   }
 
   private read(lock: string): Promise<Cached | null> {
