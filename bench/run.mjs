@@ -39,7 +39,7 @@
  *
  * Env: BENCH_SECONDS (saturation runs and each latency setup's total, default 10),
  *      BENCH_WARMUP_SECONDS (before each saturation row, default 5),
- *      BENCH_TURNS (default 5), BENCH_TURN_SECONDS (default 3), BENCH_SOAK_SECONDS (default 60), BENCH_CONNECTIONS (default 32), BENCH_WRK_THREADS
+ *      BENCH_TURNS (default 8), BENCH_TURN_SECONDS (default 3), BENCH_SOAK_SECONDS (default 60), BENCH_CONNECTIONS (default 32), BENCH_WRK_THREADS
  *      (default 2), BENCH_LATENCY_SLICES (default 5), BENCH_GENERATOR_CPUS (pin the paced
  *      generator with taskset, e.g. "1"; default unpinned: pinned to CPU 1 beside unpinned
  *      servers, interleaved at 1 500 req/s, the bare proxy's slice p99s were 16–102 ms against
@@ -72,7 +72,7 @@ const WRK_THREADS = Number(process.env.BENCH_WRK_THREADS ?? 2);
 const LATENCY_SLICES = Number(process.env.BENCH_LATENCY_SLICES ?? 5);
 // The goals' ratios are read from the Redis setups measured in turns: this many rounds, each
 // setup BENCH_TURN_SECONDS (default 3) per round, order rotated every round.
-const TURNS = Number(process.env.BENCH_TURNS ?? 5);
+const TURNS = Number(process.env.BENCH_TURNS ?? 8);
 const TURN_SECONDS = Number(process.env.BENCH_TURN_SECONDS ?? 3);
 const GENERATOR_CPUS = process.env.BENCH_GENERATOR_CPUS || null;
 const GROUPS = [
