@@ -177,7 +177,12 @@ export function forwardHttp(
   const body = request.body as NodeJS.ReadableStream | undefined;
   pool.forward(
     scope,
-    { method: request.method, path, headers: headers as Record<string, string>, body: body ?? null },
+    {
+      method: request.method,
+      path,
+      headers: headers as Record<string, string | string[]>,
+      body: body ?? null,
+    },
     writer,
   );
   return reply;
