@@ -89,6 +89,36 @@ describe('gateway streams bodies', () => {
     expect(growth).toBeLessThan(64 * MB);
   }, 120_000);
 
+  it('a 200 MB answer reaches a slow reader whole, with flat memory: the upstream waits for the client', async () => {
+    const total = 200 * MB;
+    const echoing = upstream.handler;
+    upstream.handler = (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(total) });
+      body(total).pipe(res);
+    };
+    const baseline = retained();
+    let peak = baseline;
+    const sampler = setInterval(() => (peak = Math.max(peak, retained())), 50);
+    try {
+      const res = await request(`${gw.url}/orders/download`);
+      expect(res.statusCode).toBe(200);
+      expect(res.headers['content-length']).toBe(String(total));
+      let received = 0;
+      let chunks = 0;
+      for await (const chunk of res.body) {
+        received += (chunk as Buffer).length;
+        // Slower than the upstream: without flow control the gateway would hold the difference.
+        if (++chunks % 4 === 0) await new Promise((r) => setTimeout(r, 2));
+      }
+      expect(received).toBe(total);
+      // Holding the answer would retain up to 200 MB; flow control keeps a few socket buffers.
+      expect(peak - baseline).toBeLessThan(64 * MB);
+    } finally {
+      clearInterval(sampler);
+      upstream.handler = echoing;
+    }
+  }, 120_000);
+
   it('a chunked upload (no Content-Length) streams through too', async () => {
     const before = upstream.hits.length;
     const { status, answer, growth } = await upload(160 * MB, false);
