@@ -119,6 +119,37 @@ describe('gateway streams bodies', () => {
     }
   }, 120_000);
 
+  it('a client that leaves during a long answer stops the upstream request: nothing is left reading it', async () => {
+    const echoing = upstream.handler;
+    let upstreamClosed: () => void = () => undefined;
+    const closed = new Promise<'closed'>((resolve) => (upstreamClosed = () => resolve('closed')));
+    let finished = false;
+    upstream.handler = (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      res.on('close', () => {
+        finished = res.writableFinished;
+        upstreamClosed();
+      });
+      body(1024 * MB).pipe(res);
+    };
+    try {
+      const res = await request(`${gw.url}/orders/leaving`);
+      let received = 0;
+      for await (const chunk of res.body) {
+        received += (chunk as Buffer).length;
+        if (received >= MB) break; // leaves: undici destroys the connection
+      }
+      const outcome = await Promise.race([
+        closed,
+        new Promise<'open'>((r) => setTimeout(() => r('open'), 10_000)),
+      ]);
+      expect(outcome).toBe('closed');
+      expect(finished).toBe(false);
+    } finally {
+      upstream.handler = echoing;
+    }
+  }, 60_000);
+
   it('a chunked upload (no Content-Length) streams through too', async () => {
     const before = upstream.hits.length;
     const { status, answer, growth } = await upload(160 * MB, false);
