@@ -201,7 +201,7 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
  * every round, so that the host's swings (this machine's throughput moves by ±20 % within
  * minutes with other tenants' load) hit every setup alike. A setup's figures are over all its
  * slices: requests over time, CPU per request; p50 the median slice's, p99 the largest.
- * `perRound[name]` is its req/s in each round, for ratios of setups measured side by side.
+ * Each result's `perRound` is its req/s in each round, for ratios of setups measured side by side.
  */
 async function inTurns(setups) {
   const acc = new Map(
