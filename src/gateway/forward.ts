@@ -167,13 +167,10 @@ export function forwardHttp(
   const url = request.raw.url ?? '/';
   const q = url.indexOf('?');
   const path = (asSent ? state.path : upstream.basePath + state.path) + (q < 0 ? '' : url.slice(q));
-  const headers = upstreamRequestHeaders(
-    request,
-    state,
-    { ...request.headers, host: hostOf(upstream) },
-    trustProxy,
-  );
-  if (asSent && request.headers.host !== undefined) headers.host = request.headers.host;
+  // Stripping makes a new object: the Host header is set on it, after (a `Connection: host`
+  // from the client cannot take it away).
+  const headers = upstreamRequestHeaders(request, state, request.headers as Headers, trustProxy);
+  headers.host = asSent && request.headers.host !== undefined ? request.headers.host : hostOf(upstream);
   const body = request.body as NodeJS.ReadableStream | undefined;
   pool.forward(
     scope,
