@@ -5,8 +5,7 @@
 // - a 32 MiB young-generation semi-space (s) unless NODE_OPTIONS already sets one. With
 //   Node's default (16 MiB) the fenced request path promotes short-lived objects that wait
 //   on the store to the old generation; 32 cut the gateway's CPU per fenced write by ~20 %
-//   at first, ~5 % since the Redis fence batches (ADR 0004). s=16 saves 32 MiB resident;
-//   s=16 g=20 keeps the embedded store's process within 150 MB (docs/gateway.md, "Performance").
+//   at first, ~5 % since the Redis fence batches (ADR 0004). s=16 saves 32 MiB resident.
 // - FENCEGATE_HEAP=compact instead: s=16 g=20, for the embedded store within 150 MB under
 //   load, at ~10–25 % more CPU per fenced write (ADR 0004, addendum); `fast` (the default)
 //   is s=32 g=100. Any other value stops the command with a message.
