@@ -145,7 +145,7 @@ function baseApp(
   installProblemHandlers(app, 'not-found');
   refuseUnknownExpectations(app.server);
   app.addHook('onRequest', (request, reply, done) => {
-    const noHost = missingHost(request);
+    const noHost = missingHost(request.raw);
     if (noHost === null) return done();
     reply.header('connection', 'close');
     sendProblem(reply, noHost);

@@ -1,5 +1,5 @@
 /**
- * Per-request gateway state, attached to the fastify request by the routing plugin:
+ * Per-request gateway state, kept on the request's Exchange once routed:
  * the route matched on the policy current when the request arrived (a reload during
  * the request does not change it), and the fence verdict once the fence ran.
  */
@@ -44,10 +44,4 @@ export interface GatewayRequestState {
   /** Raw request path (no query), as forwarded. */
   path: string;
   fence: FenceOutcome | null;
-}
-
-declare module 'fastify' {
-  interface FastifyRequest {
-    fencegate: GatewayRequestState | null;
-  }
 }

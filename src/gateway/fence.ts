@@ -1,12 +1,10 @@
 /**
- * The fencing preHandler: runs on headers only (the body is still an unread stream),
- * decides, and either refuses (problem reply, not forwarded), or lets the request
- * through to the proxy — after the drain barrier when lower-token writes are still
- * in flight. In shadow mode (enforce: false) every refusal is counted and recorded
- * but the request goes through, and the store is not changed.
+ * The fence: runs on headers only (the body is still an unread stream), decides, and
+ * either refuses (a problem answer, not forwarded), or lets the request through to its
+ * kind — after the drain barrier when lower-token writes are still in flight. In shadow
+ * mode (enforce: false) every refusal is counted and recorded but the request goes
+ * through, and the store is not changed.
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import fp from 'fastify-plugin';
 import { ProblemError } from '../errors.js';
 import type { EventLog } from '../observe/events.js';
 import type { Metrics } from '../observe/metrics.js';
@@ -14,9 +12,9 @@ import type { FencingSettings } from '../policy/index.js';
 import type { FencingToken } from '../tokens.js';
 import type { GatewayRequestState } from './context.js';
 import { awaitDrain, type DrainOutcome } from './drain.js';
+import type { Exchange } from './exchange.js';
 import { InflightEntry } from './inflight.js';
 import type { SessionObserver } from './observer.js';
-import { sendProblem } from '../http/problems.js';
 import { sessionLapsed, type GatewaySessions, type SessionLease } from './session.js';
 import type { StoreGuard } from './store-guard.js';
 import type { SequencerVerifier } from '../sequencer/index.js';
@@ -38,7 +36,17 @@ export interface FenceOptions {
   sequencers: SequencerVerifier | null;
 }
 
-async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
+/**
+ * Fences a routed request on a route with `fencing`: true when it was refused (the
+ * problem is answered), false when it goes on to its kind with `state.fence` set.
+ */
+export type FenceStep = (
+  ex: Exchange,
+  state: GatewayRequestState,
+  fencing: FencingSettings,
+) => Promise<boolean>;
+
+export function fenceStep(opts: FenceOptions): FenceStep {
   const { guard, sessions, observer, metrics, events, sequencers } = opts;
 
   const record = refusalRecorder(metrics, events);
@@ -80,58 +88,36 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     return { problem, timeout: outcome === 'timeout' };
   }
 
-  // Callback style: an unfenced request passes without a promise or a microtask. A
-  // fenced one runs fenceRequest; when that sent a refusal, done() is not called.
-  app.addHook('preHandler', (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
-    const state = request.fencegate;
-    const fencing = state?.match.route.fencing ?? null;
-    if (state === null || fencing === null) {
-      done();
-      return;
-    }
-    fenceRequest(request, reply, state, fencing).then(
-      (sent) => {
-        if (sent === undefined) done();
-      },
-      (err: unknown) => done(err instanceof Error ? err : new Error(String(err))),
-    );
-  });
-
-  async function fenceRequest(
-    request: FastifyRequest,
-    reply: FastifyReply,
-    state: GatewayRequestState,
-    fencing: FencingSettings,
-  ): Promise<FastifyReply | undefined> {
+  return async function fenceRequest(ex, state, fencing): Promise<boolean> {
     const { route, params } = state.match;
     const kind = kindFor(route.upstream.kind);
     if (kind === null) throw new Error(`route "${route.name}" has an upstream of unknown kind`);
-    const url = request.raw.url ?? '/';
+    const url = ex.req.url ?? '/';
     const q = url.indexOf('?');
     let writes = kind.writes(route, {
       method: state.method,
       path: state.path,
       query: q < 0 ? '' : url.slice(q + 1),
-      rawHeaders: request.raw.rawHeaders,
+      rawHeaders: ex.req.rawHeaders,
       params,
     });
     if (writes.kind === 'needs-body') {
       // The locks are in the body: read it (bounded), decide, and forward the same bytes.
-      sendContinue(request.raw, reply.raw);
-      const read = await readBoundedBody(request.raw, request.headers['content-length'], {
+      sendContinue(ex.req, ex.res);
+      const read = await readBoundedBody(ex.req, ex.headers['content-length'], {
         maxBytes: writes.maxBytes,
         idleMs: route.upload.idleTimeoutMs,
         totalMs: route.upload.timeoutMs,
-        what: `the body of a ${request.method} that names its locks`,
+        what: `the body of a ${ex.method} that names its locks`,
       });
       if (!read.ok) {
-        if (!request.raw.complete) reply.header('connection', 'close');
-        return sendProblem(reply, read.problem);
+        if (!ex.req.complete) ex.header('connection', 'close');
+        return refuse(ex, read.problem);
       }
-      (request as { body: unknown }).body = Readable.from([read.body]);
+      ex.body = Readable.from([read.body]);
       writes = writes.locks(read.body);
     }
-    if (writes.kind === 'read') return undefined;
+    if (writes.kind === 'read') return false;
     if (writes.kind === 'needs-body') throw new Error(`kind "${kind.name}" asked for the body twice`);
     if (writes.kind === 'refuse') {
       const refusal = {
@@ -141,10 +127,10 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
         token: null,
         highest: null,
       };
-      record(request, state, refusal, fencing.enforce);
-      if (fencing.enforce) return sendProblem(reply, writes.problem);
+      record(ex, state, refusal, fencing.enforce);
+      if (fencing.enforce) return refuse(ex, writes.problem);
       state.fence = { mode: 'shadow-refused', lock: null, locks: [], token: null, entries: [] };
-      return undefined;
+      return false;
     }
     // Canonical order: two requests writing overlapping sets admit them in the same order.
     const locks = writes.locks.length === 1 ? writes.locks : [...new Set(writes.locks)].sort();
@@ -156,7 +142,7 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     let clientGone = false;
     let gone: AbortController | null = null;
     const entries: InflightEntry[] = [];
-    reply.raw.once('close', () => {
+    ex.res.once('close', () => {
       clientGone = true;
       gone?.abort();
       for (const e of entries) e.clientClosed();
@@ -173,8 +159,8 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
         route: fencedRoute,
         lock,
         record: recording,
-        raw: request.raw,
-        requestId: request.id,
+        raw: ex.req,
+        requestId: ex.id,
         session: lease?.id ?? '',
         guard,
         sequencers,
@@ -185,8 +171,8 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
         // All or nothing: the locks admitted so far are released (their fences stay raised,
         // which only ever refuses older tokens).
         for (const e of entries) e.finish();
-        record(request, state, verdict, fencing.enforce);
-        if (fencing.enforce) return sendProblem(reply, verdict.problem);
+        record(ex, state, verdict, fencing.enforce);
+        if (fencing.enforce) return refuse(ex, verdict.problem);
         state.fence = {
           mode: 'shadow-refused',
           lock: verdict.lock,
@@ -194,11 +180,11 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
           token: verdict.token,
           entries: [],
         };
-        return undefined;
+        return false;
       }
       admitted.push(verdict);
       if (recording && lease !== null) {
-        const entry = new InflightEntry(lease, () => void guard.finish(lock, request.id));
+        const entry = new InflightEntry(lease, () => void guard.finish(lock, ex.id));
         if (clientGone) entry.clientClosed(); // finished: it will not be forwarded
         entries.push(entry);
       }
@@ -206,22 +192,19 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
     const first = admitted[0];
     if (first === undefined) {
       // A write that names no lock would go through unchecked: refuse it instead.
-      return sendProblem(
-        reply,
-        new ProblemError('request-unfenceable', 'this write names no lock to fence it by'),
-      );
+      return refuse(ex, new ProblemError('request-unfenceable', 'this write names no lock to fence it by'));
     }
     const token = first.token;
     if (!fencing.enforce) {
       metrics.fenceOf(route.name).admitted.n += 1;
       state.fence = { mode: 'shadow-admitted', lock: first.lock, locks, token, entries: [] };
-      return undefined;
+      return false;
     }
     if (!inGateway) {
       // The kind compares-and-sets inside the resource; the store judged issued/lease only.
       metrics.fenceOf(route.name).admitted.n += 1;
       state.fence = { mode: 'resource', lock: first.lock, locks, token, entries: [] };
-      return undefined;
+      return false;
     }
     if (lease === null) throw new Error('an enforced admission without a gateway session');
     const finishAll = () => {
@@ -231,8 +214,8 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
       // The admission outlived this process's session: its entries may no longer count.
       finishAll();
       const problem = sessionLapsed(first.lock);
-      record(request, state, { ...first, reason: 'unavailable' }, true);
-      return sendProblem(reply, problem);
+      record(ex, state, { ...first, reason: 'unavailable' }, true);
+      return refuse(ex, problem);
     }
     for (const verdict of admitted) {
       if (verdict.lowerInflight === 0 || clientGone) continue;
@@ -240,27 +223,27 @@ async function fence(app: FastifyInstance, opts: FenceOptions): Promise<void> {
       const barrier = await passBarrier(route.name, lease, verdict.lock, token, fencing, gone.signal);
       if (barrier !== null) {
         finishAll();
-        // A client that went away gets no event; the reply goes nowhere but must not reach the proxy.
+        // A client that went away gets no event; the answer goes nowhere but must not reach the upstream.
         if (!clientGone) {
           const { lock, token, highest } = verdict;
           record(
-            request,
+            ex,
             state,
             { lock, token, highest, reason: 'unavailable', drainTimeout: barrier.timeout },
             true,
           );
         }
-        return sendProblem(reply, barrier.problem);
+        return refuse(ex, barrier.problem);
       }
     }
     metrics.fenceOf(route.name).admitted.n += 1;
     state.fence = { mode: 'admitted', lock: first.lock, locks, token, entries };
-    return undefined;
-  }
+    return false;
+  };
 }
 
-export const fencePlugin = fp(fence, {
-  name: 'fencegate-fence',
-  fastify: '5.x',
-  dependencies: ['fencegate-routing'],
-});
+/** Answers the refusal; true: the request was refused. */
+function refuse(ex: Exchange, problem: ProblemError): true {
+  ex.answerProblem(problem);
+  return true;
+}

@@ -172,7 +172,9 @@ export class ForwardGuard {
     this.idleArmed = false;
     if (this.onIdle !== null) this.raw.off('timeout', this.onIdle);
     if (this.onBodyEnd !== null) this.raw.off('end', this.onBodyEnd);
-    if (!this.raw.socket.destroyed) this.raw.socket.setTimeout(0);
+    // undici drops the socket of a request body it finished sending (its util.destroy).
+    const socket = this.raw.socket as typeof this.raw.socket | null;
+    if (socket !== null && !socket.destroyed) socket.setTimeout(0);
   }
 
   private clearHeadersTimer(): void {

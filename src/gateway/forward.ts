@@ -1,13 +1,13 @@
 /**
  * Forwarding to an HTTP upstream over undici, for the kinds that speak HTTP (http, s3).
- * Bodies are never parsed or buffered: the pass-through content parser (serve.ts) hands
- * the request stream to undici as is, and the answer is written to the client's socket
- * as undici delivers it (ResponseWriter), without a response stream or fastify's send
- * path in between. Request headers are cleaned before the gateway adds its own.
+ * Bodies are never parsed or buffered: the request stream goes to undici as is, and the
+ * answer is written to the client's socket as undici delivers it (ResponseWriter),
+ * without a response stream in between. Request headers are cleaned before the gateway
+ * adds its own.
  */
-import type { FastifyReply, FastifyRequest } from 'fastify';
 import { ProblemError } from '../errors.js';
 import type { GatewayRequestState } from './context.js';
+import type { Exchange } from './exchange.js';
 import {
   FENCING_SEQUENCER,
   FENCING_TOKEN,
@@ -21,7 +21,6 @@ import { sendContinue } from '../http/continue.js';
 import { sessionLapsed } from './session.js';
 import { ForwardGuard, type ForwardCutError } from './forward-guard.js';
 import type { KindEnvironment } from './kinds/types.js';
-import { sendProblem } from '../http/problems.js';
 import { upstreamProblem } from './upstream-errors.js';
 import type { ForwardScope, UpstreamPool, UpstreamSink } from './upstreams.js';
 import type { CompiledUpstream } from '../policy/index.js';
@@ -30,33 +29,29 @@ const FENCED_ROUTE_DROPS = [FENCING_TOKEN, FENCING_SEQUENCER];
 const PLAIN_ROUTE_DROPS = [FENCING_SEQUENCER];
 
 /** The request headers the upstream receives. */
-export function upstreamRequestHeaders(
-  request: FastifyRequest,
-  state: GatewayRequestState,
-  headers: Headers,
-  trustProxy: boolean,
-): Headers {
+export function upstreamRequestHeaders(ex: Exchange, state: GatewayRequestState): Headers {
+  const headers = ex.headers as Headers;
   const fenced = state.match.route.lock !== null;
   // The sequencer is a credential for its lease: no upstream ever sees it, fenced route or not.
   const out = stripRequestHeaders(
     headers,
-    request.headers.connection,
+    headers.connection,
     fenced ? FENCED_ROUTE_DROPS : PLAIN_ROUTE_DROPS,
     // Routed by the method an override header names: the upstream must see the same one.
-    state.method !== request.method,
+    state.method !== ex.method,
   );
   Object.assign(
     out,
     forwardingHeaders({
-      peer: request.socket.remoteAddress ?? 'unknown',
-      proto: request.protocol,
-      host: request.headers.host,
-      trustProxy,
-      incomingXff: request.headers['x-forwarded-for'],
-      incomingForwarded: request.headers.forwarded,
+      peer: ex.peer,
+      proto: ex.protocol,
+      host: headers.host as string | undefined,
+      trustProxy: ex.trustProxy,
+      incomingXff: headers['x-forwarded-for'],
+      incomingForwarded: headers.forwarded,
     }),
   );
-  out['x-fencegate-request-id'] = request.id;
+  out['x-fencegate-request-id'] = ex.id;
   out['x-fencegate-route'] = state.match.route.name;
   const fence = state.fence;
   if (fence !== null) {
@@ -74,9 +69,9 @@ export function upstreamRequestHeaders(
  * it when the client's body was not read to the end (what is left of it is not
  * worth reading, and may never come).
  */
-function sendCut(reply: FastifyReply, problem: ProblemError): FastifyReply {
-  if (!reply.request.raw.complete) reply.header('connection', 'close');
-  return sendProblem(reply, problem);
+function sendCut(ex: Exchange, problem: ProblemError): void {
+  if (!ex.req.complete) ex.header('connection', 'close');
+  ex.answerProblem(problem);
 }
 
 /** How a kind wants a request forwarded (the http kind: the defaults). */
@@ -95,13 +90,12 @@ export interface ForwardSettings {
  * session lapsed; its in-flight entries finish when the upstream settles.
  */
 export function forwardHttp(
-  request: FastifyRequest,
-  reply: FastifyReply,
+  ex: Exchange,
   state: GatewayRequestState,
   env: KindEnvironment,
   settings: ForwardSettings,
-): unknown {
-  const { pool, trustProxy, metrics } = env;
+): void {
+  const { pool, metrics } = env;
   const { route } = state.match;
   const { upstream } = route;
   const fence = state.fence;
@@ -131,25 +125,25 @@ export function forwardHttp(
       lease,
       lock: fence?.lock ?? null,
     },
-    request.raw,
+    ex.req,
     metrics,
     (err: ForwardCutError) => {
       // Cut before undici started sending it: it never will, so its entries are done now.
       settled();
-      if (!reply.sent && !reply.raw.headersSent) sendCut(reply, err.problem);
-      else reply.raw.destroy();
+      if (!ex.sent) sendCut(ex, err.problem);
+      else ex.res.destroy();
     },
   );
   let clientLeft = false;
-  const writer = new ResponseWriter(request, reply, upstream, pool, () => clientLeft);
-  reply.raw.once('close', () => {
-    clientLeft = !reply.raw.writableFinished;
+  const writer = new ResponseWriter(ex, upstream, pool, () => clientLeft);
+  ex.res.once('close', () => {
+    clientLeft = !ex.res.writableFinished;
     guard.clientClosed();
     if (clientLeft) writer.clientClosed();
   });
   // Routed, fenced and past the drain barrier: only now may a client waiting on
   // `Expect: 100-continue` start its upload.
-  sendContinue(request.raw, reply.raw);
+  sendContinue(ex.req, ex.res);
   const scope: ForwardScope = {
     upstream,
     guard,
@@ -164,25 +158,19 @@ export function forwardHttp(
   };
   const asSent = settings.asSent === true;
   // The path as routed (and fenced), the query as received.
-  const url = request.raw.url ?? '/';
+  const url = ex.req.url ?? '/';
   const q = url.indexOf('?');
   const path = (asSent ? state.path : upstream.basePath + state.path) + (q < 0 ? '' : url.slice(q));
   // Stripping makes a new object: the Host header is set on it, after (a `Connection: host`
   // from the client cannot take it away).
-  const headers = upstreamRequestHeaders(request, state, request.headers as Headers, trustProxy);
-  headers.host = asSent && request.headers.host !== undefined ? request.headers.host : hostOf(upstream);
-  const body = request.body as NodeJS.ReadableStream | undefined;
+  const headers = upstreamRequestHeaders(ex, state);
+  const clientHost = ex.headers.host;
+  headers.host = asSent && clientHost !== undefined ? clientHost : hostOf(upstream);
   pool.forward(
     scope,
-    {
-      method: request.method,
-      path,
-      headers: headers as Record<string, string | string[]>,
-      body: body ?? null,
-    },
+    { method: ex.method, path, headers: headers as Record<string, string | string[]>, body: ex.body },
     writer,
   );
-  return reply;
 }
 
 /** host[:port] of the upstream's origin (the Host header it gets), once per compiled upstream. */
@@ -199,7 +187,7 @@ function hostOf(upstream: CompiledUpstream): string {
 /**
  * Passes the upstream's answer to the client as it arrives: the status and cleaned
  * headers, then the body chunks with undici's own flow control (a full socket pauses
- * the upstream connection until it drains). No answer: a problem, through fastify.
+ * the upstream connection until it drains). No answer: a problem.
  */
 class ResponseWriter implements UpstreamSink {
   private abort: ((err?: Error) => void) | null = null;
@@ -207,8 +195,7 @@ class ResponseWriter implements UpstreamSink {
   private readonly drained = () => this.resume?.();
 
   constructor(
-    private readonly request: FastifyRequest,
-    private readonly reply: FastifyReply,
+    private readonly ex: Exchange,
     private readonly upstream: CompiledUpstream,
     private readonly pool: UpstreamPool,
     private readonly clientLeft: () => boolean,
@@ -229,7 +216,7 @@ class ResponseWriter implements UpstreamSink {
   }
 
   onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
-    const res = this.reply.raw;
+    const res = this.ex.res;
     if (res.destroyed || this.clientLeft()) {
       // The client went away while the upstream worked: nothing to pass the answer to.
       this.abort?.(new ClientGoneError());
@@ -237,12 +224,11 @@ class ResponseWriter implements UpstreamSink {
     }
     const headers = stripResponseHeaders(headersFromRaw(rawHeaders));
     // An HTTP/1 connection cannot take its next request until this one's body was read.
-    if (!this.request.raw.complete) headers.connection = 'close';
-    this.reply.hijack();
+    if (!this.ex.req.complete) headers.connection = 'close';
     try {
       res.writeHead(statusCode, headers as Record<string, string | string[]>);
     } catch (err) {
-      this.request.log.warn({ err, upstream: this.upstream.name }, 'upstream answer cannot be passed on');
+      this.ex.log.warn({ err, upstream: this.upstream.name }, 'upstream answer cannot be passed on');
       res.destroy();
       this.abort?.(new ClientGoneError());
       return false;
@@ -252,31 +238,31 @@ class ResponseWriter implements UpstreamSink {
   }
 
   onData(chunk: Buffer): boolean {
-    const res = this.reply.raw;
+    const res = this.ex.res;
     if (res.write(chunk)) return true;
     res.once('drain', this.drained);
     return false;
   }
 
   onComplete(): void {
-    this.reply.raw.end();
+    this.ex.res.end();
   }
 
   /** The answer broke off after its headers: the client's response is cut too. */
   onError(err: Error): void {
     if (!(err instanceof ClientGoneError)) {
-      this.request.log.warn({ err, upstream: this.upstream.name }, 'upstream answer broke off');
+      this.ex.log.warn({ err, upstream: this.upstream.name }, 'upstream answer broke off');
     }
-    this.reply.raw.destroy();
+    this.ex.res.destroy();
   }
 
   failed(err: Error): void {
-    const { reply, upstream } = this;
+    const { ex, upstream } = this;
     if (!(err instanceof ClientGoneError)) {
-      this.request.log.warn({ err, upstream: upstream.name }, 'upstream request failed');
+      ex.log.warn({ err, upstream: upstream.name }, 'upstream request failed');
     }
-    if (reply.sent || reply.raw.destroyed) return;
-    sendCut(reply, upstreamProblem(err, upstream.name, this.pool.retryAfterSeconds(upstream)));
+    if (ex.sent || ex.res.destroyed) return;
+    sendCut(ex, upstreamProblem(err, upstream.name, this.pool.retryAfterSeconds(upstream)));
   }
 }
 

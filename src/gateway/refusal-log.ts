@@ -3,11 +3,11 @@
  * fence (fence.ts) and for kinds that judge the token inside the resource (the postgres
  * kind's stale-token): the fenced-writes metric and an event in the event log.
  */
-import type { FastifyRequest } from 'fastify';
 import type { EventLog } from '../observe/events.js';
 import type { FencedReason, Metrics } from '../observe/metrics.js';
 import type { FencingToken } from '../tokens.js';
 import type { GatewayRequestState } from './context.js';
+import type { Exchange } from './exchange.js';
 
 export interface RefusedWrite {
   reason: FencedReason;
@@ -19,7 +19,7 @@ export interface RefusedWrite {
 }
 
 export type RecordRefusal = (
-  request: FastifyRequest,
+  ex: Exchange,
   state: GatewayRequestState,
   refusal: RefusedWrite,
   enforced: boolean,
@@ -29,7 +29,7 @@ const text = (t: FencingToken | string | null): string | null =>
   t === null ? null : typeof t === 'string' ? t : t.toString(10);
 
 export function refusalRecorder(metrics: Metrics, events: EventLog): RecordRefusal {
-  return (request, state, r, enforced) => {
+  return (ex, state, r, enforced) => {
     const route = state.match.route.name;
     metrics.fencedWrites.inc({ route, reason: r.reason, enforced: String(enforced) });
     events.record({
@@ -41,9 +41,9 @@ export function refusalRecorder(metrics: Metrics, events: EventLog): RecordRefus
       token: text(r.token),
       highest: text(r.highest),
       enforced,
-      client: request.ip,
+      client: ex.ip,
       owner: null,
-      method: request.method,
+      method: ex.method,
       path: state.path,
     });
   };

@@ -1,22 +1,22 @@
 /**
- * The data listener: a fastify instance (not yet listening) that routes by the
- * current policy, fences writes, and proxies to upstreams. Plugins, in order:
- * routing (404 no-route, request state) → fence (preHandler) → forward (proxy).
+ * The data listener: a fastify instance (not yet listening) whose requests the data
+ * plane serves (data-plane.ts): routed by the current policy, fenced when their route
+ * is, and served by their upstream's kind.
  */
-import { randomUUID } from 'node:crypto';
 import type { Server as TlsServer } from 'node:tls';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { BreakerBoard } from '../observe/breakers.js';
 import type { EventLog } from '../observe/events.js';
 import { seedPolicy, type Metrics } from '../observe/metrics.js';
 import { instrumentStore } from '../observe/store-metrics.js';
-import { DataLogController } from './access.js';
+import { AccessRecorder } from './access.js';
 import type { PolicyHolder } from '../policy/index.js';
 import type { Store } from '../store/types.js';
 import { SequencerVerifier, type KeyRing } from '../sequencer/index.js';
 import { deferContinue } from '../http/continue.js';
 import { httpsOption, type CaBundle, type ListenerTls } from '../http/tls.js';
-import { fencePlugin } from './fence.js';
+import { DataPlane, installDataPlane } from './data-plane.js';
+import { fenceStep } from './fence.js';
 import { SessionObserver } from './observer.js';
 import { GatewaySessions, type SessionSettings } from './session.js';
 import {
@@ -26,8 +26,7 @@ import {
   refuseUnknownExpectations,
 } from '../http/problems.js';
 import { refusalRecorder } from './refusal-log.js';
-import { routingPlugin } from './routing.js';
-import { servePlugin } from './serve.js';
+import { KindRuntimes } from './runtimes.js';
 import { StoreGuard, type StoreGuardOptions } from './store-guard.js';
 import { UpstreamPool } from './upstreams.js';
 
@@ -74,17 +73,12 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   const app = Fastify({
     ...loggerOption,
     trustProxy,
-    genReqId: () => randomUUID(),
-    // A request's child logger is made only when something is logged for it (pino's
-    // child() serialises the bindings each time: a measurable cost on every request).
-    childLoggerFactory: (logger, bindings, childOpts) => lazyChild(logger, bindings, childOpts),
-    requestIdHeader: false,
-    // Counts every answered request and writes the sampled access line (not fastify's two).
-    logController: new DataLogController(opts.metrics, opts.accessLog ?? 0),
+    // The data plane counts and logs answered requests itself (access.ts).
+    logController: new LogController({ disableRequestLogging: true }),
     // Uploads stream through for as long as they take; upstream timeouts bound the wait for answers.
     requestTimeout: 0,
     return503OnClosing: true,
-    // Errors raised before routing (a URL that does not decode) are problems too.
+    // Requests fastify serves itself (inject(), see data-plane.ts) whose URL its router cannot decode.
     frameworkErrors: (error, request, reply) => errorHandler(error, request, reply),
     clientErrorHandler: clientErrorProblem,
     http: HTTP_SERVER_OPTIONS,
@@ -118,13 +112,12 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
     guard.shutdown();
   });
 
-  await app.register(routingPlugin, { policy: opts.policy });
   // Sequencer expiry is judged on the store's clock, estimated from the session's beats.
   const sequencers =
     opts.sequencerKeys == null
       ? null
       : new SequencerVerifier(opts.sequencerKeys, () => sessions.storeTime() ?? Date.now());
-  await app.register(fencePlugin, {
+  const fence = fenceStep({
     guard,
     sessions,
     observer,
@@ -132,83 +125,18 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
     events: opts.events,
     sequencers,
   });
-  await app.register(servePlugin, {
-    policy: opts.policy,
-    env: {
-      log: app.log,
-      metrics: opts.metrics,
-      pool,
-      trustProxy,
-      refused: refusalRecorder(opts.metrics, opts.events),
-    },
-  });
+  const env = {
+    log: app.log,
+    metrics: opts.metrics,
+    pool,
+    refused: refusalRecorder(opts.metrics, opts.events),
+  };
+  const runtimes = new KindRuntimes(env, opts.policy);
+  app.addHook('onClose', () => runtimes.close());
+  const access = new AccessRecorder(opts.metrics, opts.accessLog ?? 0);
+  installDataPlane(
+    app,
+    new DataPlane({ policy: opts.policy, fence, runtimes, access, log: app.log, trustProxy }),
+  );
   return app;
-}
-
-type Level = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
-type LogArgs = [obj: unknown, msg?: string, ...args: unknown[]];
-type ChildArgs = Parameters<FastifyBaseLogger['child']>;
-
-/** A child logger that calls parent.child() on the first enabled log call (or child()). */
-class LazyChildLogger {
-  private real: FastifyBaseLogger | null = null;
-
-  constructor(
-    private readonly parent: FastifyBaseLogger,
-    private readonly bindings: ChildArgs[0],
-    private readonly options: ChildArgs[1],
-  ) {}
-
-  get level(): string {
-    return this.real?.level ?? this.parent.level;
-  }
-
-  set level(level: string) {
-    this.logger().level = level;
-  }
-
-  fatal(...args: LogArgs): void {
-    this.log('fatal', args);
-  }
-  error(...args: LogArgs): void {
-    this.log('error', args);
-  }
-  warn(...args: LogArgs): void {
-    this.log('warn', args);
-  }
-  info(...args: LogArgs): void {
-    this.log('info', args);
-  }
-  debug(...args: LogArgs): void {
-    this.log('debug', args);
-  }
-  trace(...args: LogArgs): void {
-    this.log('trace', args);
-  }
-  silent(): void {}
-
-  child(...args: ChildArgs): FastifyBaseLogger {
-    return this.logger().child(...args);
-  }
-
-  private logger(): FastifyBaseLogger {
-    return (this.real ??= this.parent.child(this.bindings, this.options));
-  }
-
-  private log(level: Level, args: LogArgs): void {
-    if (this.real === null) {
-      const enabled = (this.parent as { isLevelEnabled?: (l: string) => boolean }).isLevelEnabled;
-      if (typeof enabled === 'function' && !enabled.call(this.parent, level)) return;
-    }
-    const logger = this.logger();
-    (logger[level] as (...a: LogArgs) => void).apply(logger, args);
-  }
-}
-
-function lazyChild(
-  parent: FastifyBaseLogger,
-  bindings: ChildArgs[0],
-  options: ChildArgs[1],
-): FastifyBaseLogger {
-  return new LazyChildLogger(parent, bindings, options) as unknown as FastifyBaseLogger;
 }

@@ -5,7 +5,7 @@
  * control listener; only the code for "no route" differs (`no-route` on the data
  * listener, part of the proxy's contract; `not-found` on the control listener).
  */
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import {
@@ -19,10 +19,16 @@ import {
 import { awaitingContinue } from './continue.js';
 
 export function sendProblem(reply: FastifyReply, problem: ProblemError): FastifyReply {
-  for (const [name, value] of Object.entries(problem.headers)) reply.header(name, value);
-  // Refused before 100 Continue: the announced body was never asked for; do not reuse the connection.
-  if (awaitingContinue(reply.request.raw)) reply.header('connection', 'close');
+  for (const [name, value] of Object.entries(problemHeaders(problem, reply.request.raw))) {
+    reply.header(name, value);
+  }
   return reply.code(problem.status).type(PROBLEM_CONTENT_TYPE).send(problem.toBody());
+}
+
+/** The headers a problem is answered with, besides its content type. */
+export function problemHeaders(problem: ProblemError, req: IncomingMessage): Record<string, string> {
+  // Refused before 100 Continue: the announced body was never asked for; do not reuse the connection.
+  return awaitingContinue(req) ? { ...problem.headers, connection: 'close' } : problem.headers;
 }
 
 /** Shorthand for sendProblem(reply, new ProblemError(…)). */
@@ -42,7 +48,10 @@ export function pathOf(url: string): string {
 }
 
 /** The problem for an error fastify or a handler raised (never a bare 500 for client errors). */
-export function problemFor(error: FastifyError | Error, request: FastifyRequest): ProblemError {
+export function problemFor(
+  error: FastifyError | Error,
+  request: { readonly log: FastifyBaseLogger; readonly id: string },
+): ProblemError {
   if (error instanceof ProblemError) return error;
   if (error instanceof StoreUnavailableError) {
     request.log.warn({ err: error }, 'store unavailable');
@@ -119,8 +128,8 @@ export function refuseUnknownExpectations(server: Server): void {
 }
 
 /** An HTTP/1.1 request without a Host header (RFC 9112 §3.2 says 400), as a problem; null when it has one. */
-export function missingHost(request: FastifyRequest): ProblemError | null {
-  if (request.headers.host !== undefined || request.raw.httpVersion !== '1.1') return null;
+export function missingHost(req: IncomingMessage): ProblemError | null {
+  if (req.headers.host !== undefined || req.httpVersion !== '1.1') return null;
   return new ProblemError('bad-request', 'an HTTP/1.1 request must carry a Host header');
 }
 

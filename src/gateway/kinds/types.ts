@@ -19,7 +19,6 @@
  *
  * What a kind must do to keep the safety promises is in docs/adr/0006-downstream-kinds.md.
  */
-import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ProblemError } from '../../errors.js';
 import type { RecordRefusal } from '../refusal-log.js';
 import type { Metrics } from '../../observe/metrics.js';
@@ -28,6 +27,7 @@ import type { PathPattern } from '../../policy/path-pattern.js';
 import type { RawRoute, RawUpstream } from '../../policy/schema.js';
 import type { FencingToken } from '../../tokens.js';
 import type { GatewayRequestState } from '../context.js';
+import type { Exchange } from '../exchange.js';
 import type { UpstreamPool } from '../upstreams.js';
 
 export type KindName = string;
@@ -104,12 +104,7 @@ export interface KindRuntime {
    * Serves a routed request that passed admission (gateway-fenced), or a read, or
    * (resource-fenced) a write together with `state.fence` and `fences` to check.
    */
-  serve(
-    request: FastifyRequest,
-    reply: FastifyReply,
-    state: GatewayRequestState,
-    fences: readonly ResourceFence[],
-  ): unknown;
+  serve(ex: Exchange, state: GatewayRequestState, fences: readonly ResourceFence[]): void | Promise<void>;
   /** Drops runtime state of upstreams gone or changed in a reloaded policy. */
   retain(policy: CompiledPolicy): void;
   close(): Promise<void>;
@@ -121,8 +116,6 @@ export interface KindEnvironment {
   metrics: Metrics;
   /** Upstream HTTP connections and circuit breakers, shared by the HTTP-speaking kinds. */
   pool: UpstreamPool;
-  /** Trust X-Forwarded-* from the peer. */
-  trustProxy: boolean;
   /** Counts and records a write the kind refused for its token (a fence kept in the resource). */
   refused: RecordRefusal;
 }

@@ -28,7 +28,7 @@ export const httpKind: DownstreamKind = {
   },
   open(env) {
     return {
-      serve: (request, reply, state) => forwardHttp(request, reply, state, env, {}),
+      serve: (ex, state) => forwardHttp(ex, state, env, {}),
       // The shared pool follows the policy itself (server.ts); this only shows its breakers.
       retain: (policy) => env.pool.seed(policy, 'http'),
       close: async () => undefined,

@@ -4,13 +4,12 @@
  * same transaction as the row write (`fenceAt: 'resource'`), so there is no drain
  * barrier and the promise holds with any number of gateway processes.
  */
-import type { FastifyReply, FastifyRequest } from 'fastify';
 import { ProblemError } from '../../../errors.js';
 import type { CompiledPolicy, CompiledRoute } from '../../../policy/model.js';
 import { renderLock } from '../../../policy/template.js';
 import { sendContinue } from '../../../http/continue.js';
 import type { GatewayRequestState } from '../../context.js';
-import { sendProblem } from '../../../http/problems.js';
+import type { Exchange } from '../../exchange.js';
 import { headerLookup } from '../../headers.js';
 import type { DownstreamKind, KindEnvironment, KindRuntime, ResourceFence, WriteSet } from '../types.js';
 import { readJsonBody } from './body.js';
@@ -99,57 +98,51 @@ class PostgresRuntime implements KindRuntime {
     return rows;
   }
 
-  async serve(
-    request: FastifyRequest,
-    reply: FastifyReply,
-    state: GatewayRequestState,
-    fences: readonly ResourceFence[],
-  ): Promise<unknown> {
+  async serve(ex: Exchange, state: GatewayRequestState, fences: readonly ResourceFence[]): Promise<void> {
     const route = state.match.route;
     const target = routeSettings(route);
     if (fences.length > 1) throw new Error('a postgres route writes one lock');
     const fence = fences[0] ?? null;
-    const writing = request.method !== 'GET' && request.method !== 'HEAD';
+    const writing = ex.method !== 'GET' && ex.method !== 'HEAD';
     // Never write unfenced on an enforcing fenced route, whatever happened upstream of here.
     if (writing && fence === null && route.lock !== null && route.fencing?.enforce === true) {
       throw new Error(`route "${route.name}": an enforced write reached the postgres kind without its fence`);
     }
     const key = state.match.params[target.key] ?? '';
     let op: RowOp;
-    switch (request.method) {
+    switch (ex.method) {
       case 'GET':
-        op = target.shape === 'list' ? { op: 'list', query: queryOf(request.url) } : { op: 'get', key };
+        op = target.shape === 'list' ? { op: 'list', query: queryOf(ex.req.url ?? '/') } : { op: 'get', key };
         break;
       case 'DELETE':
         op = { op: 'delete', key, fence };
         break;
       case 'PUT':
       case 'PATCH': {
-        sendContinue(request.raw, reply.raw);
+        sendContinue(ex.req, ex.res);
         const { upload } = state.match.route;
-        const body = await readJsonBody(request.raw, request.headers['content-length'], {
+        const body = await readJsonBody(ex.req, ex.headers['content-length'], {
           idleMs: upload.idleTimeoutMs,
           totalMs: upload.timeoutMs,
         });
         if (!body.ok) {
-          if (!request.raw.complete) reply.header('connection', 'close');
-          return sendProblem(reply, body.problem);
+          if (!ex.req.complete) ex.header('connection', 'close');
+          ex.answerProblem(body.problem);
+          return;
         }
-        op = { op: request.method === 'PUT' ? 'put' : 'patch', key, body: body.value, fence };
+        op = { op: ex.method === 'PUT' ? 'put' : 'patch', key, body: body.value, fence };
         break;
       }
       default:
-        return sendProblem(
-          reply,
-          new ProblemError('method-not-allowed', `${request.method} is not served on rows`),
-        );
+        ex.answerProblem(new ProblemError('method-not-allowed', `${ex.method} is not served on rows`));
+        return;
     }
     const out = await this.rowsFor(route).execute(target, op);
     if (!out.ok && out.problem.code === 'stale-token' && fence !== null) {
       // The fence is kept in the database: the gateway learns of a stale token here.
       const highest = out.problem.extra.highest;
       this.env.refused(
-        request,
+        ex,
         state,
         {
           reason: 'stale',
@@ -160,9 +153,9 @@ class PostgresRuntime implements KindRuntime {
         true,
       );
     }
-    if (!out.ok) return sendProblem(reply, out.problem);
-    if (out.status === 204) return reply.code(204).send();
-    return reply.code(200).type('application/json').send(JSON.stringify(out.body));
+    if (!out.ok) ex.answerProblem(out.problem);
+    else if (out.status === 204) ex.answer(204, null, null);
+    else ex.answer(200, 'application/json', JSON.stringify(out.body));
   }
 
   retain(policy: CompiledPolicy): void {

@@ -84,7 +84,7 @@ export const s3Kind: DownstreamKind = {
   },
   open(env) {
     return {
-      serve: (request, reply, state) => forwardHttp(request, reply, state, env, { asSent: true }),
+      serve: (ex, state) => forwardHttp(ex, state, env, { asSent: true }),
       // The shared pool follows the policy itself (server.ts); this only shows its breakers.
       retain: (policy) => env.pool.seed(policy, 's3'),
       close: async () => undefined,

@@ -1,0 +1,102 @@
+/**
+ * One request on the data listener as every step of the data plane sees it: node's
+ * request and response, the request id, the route state once routed, the body to
+ * forward, and the gateway's own answers (a problem, or a kind's own answer). The
+ * upstream's answers are written to `res` directly by the forward step.
+ */
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { TLSSocket } from 'node:tls';
+import type { FastifyBaseLogger } from 'fastify';
+import { PROBLEM_CONTENT_TYPE, type ProblemError } from '../errors.js';
+import { problemHeaders } from '../http/problems.js';
+import type { GatewayRequestState } from './context.js';
+
+/** Methods whose body is never forwarded (fastify's rule before the data plane left it). */
+const BODYLESS = new Set(['GET', 'HEAD', 'TRACE']);
+
+export class Exchange {
+  readonly id: string = randomUUID();
+  readonly method: string;
+  /** The peer's address, read on arrival (a finished response's request no longer has its socket). */
+  readonly peer: string;
+  /** When the request arrived (performance.now()), for the access log's duration. */
+  readonly arrived: number = performance.now();
+  /** Routed: the matched route and, once the fence ran, its verdict. */
+  state: GatewayRequestState | null = null;
+  /** What is forwarded as the body: the request stream itself, or bytes the fence read from it. */
+  body: NodeJS.ReadableStream | null;
+  private ownHeaders: Record<string, string> | null = null;
+  private logger: FastifyBaseLogger | null = null;
+
+  constructor(
+    readonly req: IncomingMessage,
+    readonly res: ServerResponse,
+    private readonly rootLog: FastifyBaseLogger,
+    /** X-Forwarded-For and -Proto from the peer are believed (the gateway runs behind a load balancer). */
+    readonly trustProxy: boolean,
+  ) {
+    this.method = req.method ?? 'GET';
+    this.peer = req.socket.remoteAddress ?? 'unknown';
+    this.body = hasBody(req, this.method) ? req : null;
+  }
+
+  get headers(): IncomingMessage['headers'] {
+    return this.req.headers;
+  }
+
+  /** This request's logger (bound to its id), made on first use. */
+  get log(): FastifyBaseLogger {
+    return (this.logger ??= this.rootLog.child({ reqId: this.id }));
+  }
+
+  /** The client's address: the first X-Forwarded-For entry when the proxy is trusted, else the peer's. */
+  get ip(): string {
+    const peer = this.peer;
+    if (!this.trustProxy) return peer;
+    const xff = this.req.headers['x-forwarded-for'];
+    const first = (Array.isArray(xff) ? xff.join(',') : (xff ?? '')).split(',')[0]?.trim() ?? '';
+    return first.length > 0 ? first : peer;
+  }
+
+  /** The scheme the client used: the last X-Forwarded-Proto entry when the proxy is trusted. */
+  get protocol(): string {
+    if (this.trustProxy) {
+      const proto = this.req.headers['x-forwarded-proto'];
+      const last = (Array.isArray(proto) ? proto.join(',') : (proto ?? '')).split(',').pop()?.trim();
+      if (last !== undefined && last.length > 0) return last;
+    }
+    return (this.req.socket as TLSSocket | null)?.encrypted === true ? 'https' : 'http';
+  }
+
+  /** Whether an answer (the gateway's own or the upstream's) has started. */
+  get sent(): boolean {
+    return this.res.headersSent;
+  }
+
+  /** A header for the gateway's own answer. */
+  header(name: string, value: string): void {
+    (this.ownHeaders ??= {})[name.toLowerCase()] = value;
+  }
+
+  /** The gateway's own answer: `body` whole, with the headers set so far. */
+  answer(status: number, contentType: string | null, body: string | null): void {
+    const headers: Record<string, string | number> = { ...this.ownHeaders };
+    if (contentType !== null) headers['content-type'] = contentType;
+    if (body !== null) headers['content-length'] = Buffer.byteLength(body);
+    this.res.writeHead(status, headers);
+    this.res.end(body ?? undefined);
+  }
+
+  /** A refusal or error, as problem+json. */
+  answerProblem(problem: ProblemError): void {
+    for (const [name, value] of Object.entries(problemHeaders(problem, this.req))) this.header(name, value);
+    this.answer(problem.status, PROBLEM_CONTENT_TYPE, JSON.stringify(problem.toBody()));
+  }
+}
+
+function hasBody(req: IncomingMessage, method: string): boolean {
+  if (BODYLESS.has(method)) return false;
+  const length = req.headers['content-length'];
+  return req.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
+}

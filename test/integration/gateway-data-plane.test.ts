@@ -1,0 +1,96 @@
+/**
+ * What the data plane (on node:http, not fastify's request cycle) must still do that
+ * fastify used to do for it: answer 503 with Connection: close to requests arriving on
+ * open connections while the gateway closes, serve app.inject() the same way as a
+ * socket, and forward bodies fastify would have refused to parse.
+ */
+import { connect } from 'node:net';
+import { request } from 'undici';
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  mint,
+  ordersPolicy,
+  startGateway,
+  startUpstream,
+  type TestGateway,
+} from '../helpers/gateway-harness.js';
+import { MemoryStore } from '../helpers/memory-store.js';
+
+const started: { close(): Promise<void> }[] = [];
+
+afterEach(async () => {
+  for (const s of started.splice(0).reverse()) await s.close();
+});
+
+async function gatewayWith(store: MemoryStore, hold: { release: (() => void) | null }): Promise<TestGateway> {
+  const upstream = await startUpstream((req, res) => {
+    const answer = () => res.writeHead(200, { 'content-length': '2' }).end('ok');
+    if (req.url?.includes('slow') === true) hold.release = answer;
+    else answer();
+  });
+  started.push(upstream);
+  const gateway = await startGateway({ store, policy: ordersPolicy(upstream.url) });
+  started.push(gateway);
+  return gateway;
+}
+
+describe('the data plane', () => {
+  it('while closing, a request on an open connection gets 503 with Connection: close; the one in flight completes', async () => {
+    const hold: { release: (() => void) | null } = { release: null };
+    const gateway = await gatewayWith(new MemoryStore(), hold);
+    const socket = connect(gateway.port, '127.0.0.1');
+    let received = '';
+    socket.on('data', (d: Buffer) => (received += d.toString('latin1')));
+    const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+    socket.write('GET /orders/slow HTTP/1.1\r\nHost: x\r\n\r\n');
+    while (hold.release === null) await new Promise((r) => setTimeout(r, 5));
+
+    const closing = gateway.app.close();
+    while (gateway.app.server.listening) await new Promise((r) => setTimeout(r, 5));
+    socket.write('GET /orders/2 HTTP/1.1\r\nHost: x\r\n\r\n');
+    await new Promise((r) => setTimeout(r, 50));
+    hold.release();
+    await closed;
+    await closing;
+
+    const statuses = [...received.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1]));
+    expect(statuses).toEqual([200, 503]);
+    const second = received.slice(received.lastIndexOf('HTTP/1.1 '));
+    expect(second.toLowerCase()).toContain('connection: close');
+  });
+
+  it('inject() is served by the same steps as a socket: routed, fenced, forwarded', async () => {
+    const store = new MemoryStore();
+    const gateway = await gatewayWith(store, { release: null });
+    const older = await mint(store, 'order:7');
+    const newer = await mint(store, 'order:7');
+    const put = (token: bigint) =>
+      gateway.app.inject({
+        method: 'PUT',
+        url: '/orders/7',
+        // No body: inject()'s socket is not a net.Socket the upload watch can time.
+        headers: { 'fencing-token': String(token) },
+      });
+    const res = await put(newer.token);
+    expect(res.statusCode).toBe(200);
+    expect(res.body).toBe('ok');
+    const stale = await put(older.token);
+    expect(stale.statusCode).toBe(409);
+    expect(stale.json()).toMatchObject({ type: 'urn:fencegate:stale-token' });
+    const counted = gateway.metrics.requestsOf('order-writes');
+    expect([counted[2]?.n, counted[4]?.n]).toEqual([1, 1]);
+  });
+
+  it('forwards a body whose Content-Type fastify could not parse: the upstream judges it', async () => {
+    const store = new MemoryStore();
+    const gateway = await gatewayWith(store, { release: null });
+    const lease = await mint(store, 'order:8');
+    const res = await request(`${gateway.url}/orders/8`, {
+      method: 'PUT',
+      headers: { 'fencing-token': String(lease.token), 'content-type': ';;' },
+      body: 'abc',
+    });
+    expect(res.statusCode).toBe(200);
+    expect(await res.body.text()).toBe('ok');
+  });
+});
