@@ -19,7 +19,7 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -109,7 +109,7 @@ async function load(pool, count, paths, tokens, want) {
 async function measure(build, mode, env) {
   const nodeArgs = opt['gc-trace']
     ? ['--max-semi-space-size=1', '--min-semi-space-size=1', '--trace-gc']
-    : ['--max-semi-space-size=32']; // what bin/fencegate.js runs with
+    : ['--max-semi-space-size=32', ...(availableParallelism() <= 2 ? ['--single-threaded-gc'] : [])]; // as bin/fencegate.js
   if (process.env.FG_GATEWAY_NODE_ARGS) nodeArgs.push(...process.env.FG_GATEWAY_NODE_ARGS.split(' '));
   const gw = await start(
     process.execPath,

@@ -1,10 +1,12 @@
 /**
  * The installed `fencegate` command (bin/fencegate.js run as a program) starts Node with
  * the heap settings of ADR 0004: `fast` (the default) or `compact` (FENCEGATE_HEAP), a
- * semi-space already in NODE_OPTIONS left alone, and an unknown value refused with a
- * message. The flags are read back from the started process's own execArgv.
+ * semi-space already in NODE_OPTIONS left alone, the garbage collector single-threaded
+ * on 2 CPUs or fewer (FENCEGATE_GC), and an unknown value refused with a message. The
+ * flags are read back from the started process's own execArgv.
  */
 import { spawnSync } from 'node:child_process';
+import { availableParallelism } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
@@ -12,9 +14,10 @@ const BIN = fileURLToPath(new URL('../../bin/fencegate.js', import.meta.url));
 const SHOW =
   "--import=data:text/javascript,process.stderr.write('argv='+JSON.stringify(process.execArgv)+'\\n')";
 
+/** Runs the command; the heap cases pin FENCEGATE_GC so that the machine's CPU count does not matter. */
 function run(env: Record<string, string>): { status: number | null; argv: string[] | null; stderr: string } {
   const r = spawnSync(BIN, ['--version'], {
-    env: { ...process.env, NODE_OPTIONS: SHOW, ...env },
+    env: { ...process.env, NODE_OPTIONS: SHOW, FENCEGATE_GC: 'parallel', ...env },
     encoding: 'utf8',
     timeout: 30_000,
   });
@@ -45,6 +48,22 @@ describe('the fencegate command', () => {
   it('leaves a semi-space set in NODE_OPTIONS alone', () => {
     const r = run({ NODE_OPTIONS: `${SHOW} --max-semi-space-size=8` });
     expect(r.argv).toEqual(['--heap-growing-percent=100']);
+  });
+
+  it('runs the garbage collector on the main thread alone on 2 CPUs or fewer, or when told to', () => {
+    const heap = ['--max-semi-space-size=32', '--heap-growing-percent=100'];
+    const byDefault = run({ FENCEGATE_GC: '' }).argv;
+    if (availableParallelism() <= 2) expect(byDefault).toEqual([...heap, '--single-threaded-gc']);
+    else expect(byDefault).toEqual(heap);
+    expect(run({ FENCEGATE_GC: 'single' }).argv).toEqual([...heap, '--single-threaded-gc']);
+    expect(run({ FENCEGATE_GC: 'parallel' }).argv).toEqual(heap);
+  });
+
+  it('refuses an unknown FENCEGATE_GC with a message naming it', () => {
+    const r = run({ FENCEGATE_GC: 'many' });
+    expect(r.status).toBe(2);
+    expect(r.argv).toBeNull();
+    expect(r.stderr).toContain("FENCEGATE_GC must be single or parallel, not 'many'");
   });
 
   it('refuses an unknown FENCEGATE_HEAP with a message naming it', () => {
