@@ -1,9 +1,10 @@
 /**
  * What the data listener records of every answered request: fencegate_requests_total
  * {route,status_class} (one tally addition, resolved per route name), and a sampled
- * access log line at info. With the access log off (or the level above info) no line
- * is built at all.
+ * access log line at info. With the access log off (or the level above info) no line,
+ * and no logger for the request, is built at all.
  */
+import type { FastifyBaseLogger } from 'fastify';
 import { pathOf } from '../http/problems.js';
 import { levelEnabled } from '../observe/log.js';
 import type { Metrics } from '../observe/metrics.js';
@@ -14,6 +15,8 @@ export class AccessRecorder {
     private readonly metrics: Metrics,
     /** Share of requests logged, 0 (off) to 1 (every one). */
     private readonly sample: number,
+    /** The listener's logger: its level is checked before a request's own logger is made. */
+    private readonly log: FastifyBaseLogger,
   ) {}
 
   /** `ex` was answered whole (its response finished). */
@@ -23,12 +26,12 @@ export class AccessRecorder {
     const tally = byClass[Math.floor(ex.res.statusCode / 100)];
     if (tally !== undefined) tally.n += 1;
     const sample = this.sample;
-    if (sample > 0 && (sample >= 1 || Math.random() < sample)) logAccess(ex);
+    if (sample <= 0 || !levelEnabled(this.log, 'info')) return;
+    if (sample >= 1 || Math.random() < sample) logAccess(ex);
   }
 }
 
 function logAccess(ex: Exchange): void {
-  if (!levelEnabled(ex.log, 'info')) return;
   const state = ex.state;
   const fence = state?.fence ?? null;
   ex.log.info(

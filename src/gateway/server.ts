@@ -133,7 +133,7 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   };
   const runtimes = new KindRuntimes(env, opts.policy);
   app.addHook('onClose', () => runtimes.close());
-  const access = new AccessRecorder(opts.metrics, opts.accessLog ?? 0);
+  const access = new AccessRecorder(opts.metrics, opts.accessLog ?? 0, app.log);
   installDataPlane(
     app,
     new DataPlane({ policy: opts.policy, fence, runtimes, access, log: app.log, trustProxy }),
