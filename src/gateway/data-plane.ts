@@ -55,14 +55,21 @@ export class DataPlane {
     });
   }
 
-  /** A step threw: a problem, or (the answer already started) the response is cut. */
+  /**
+   * A step threw: a problem, or (the answer already started, or the problem cannot be
+   * written) the response is cut. Never throws: it runs where nothing else would catch.
+   */
   private failed(ex: Exchange, err: unknown): void {
     const error = err instanceof Error ? err : new Error(String(err));
-    if (!ex.sent) {
-      ex.answerProblem(problemFor(error, ex));
-      return;
+    try {
+      if (!ex.sent) {
+        ex.answerProblem(problemFor(error, ex));
+        return;
+      }
+      ex.log.error({ err: error }, 'error after the answer started');
+    } catch (cause) {
+      ex.log.error({ err: error, cause }, 'error that could not be answered');
     }
-    ex.log.error({ err: error }, 'error after the answer started');
     if (!ex.res.writableFinished) ex.res.destroy();
   }
 }

@@ -2,9 +2,12 @@
  * What the data plane (on node:http, not fastify's request cycle) must still do that
  * fastify used to do for it: answer 503 with Connection: close to requests arriving on
  * open connections while the gateway closes, serve app.inject() the same way as a
- * socket, and forward bodies fastify would have refused to parse.
+ * socket, forward bodies fastify would have refused to parse, and turn what a step throws
+ * into a problem (or a cut answer), never into an unhandled error.
  */
-import { connect } from 'node:net';
+import { createServer } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
+import { pino } from 'pino';
 import { request } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
@@ -14,6 +17,13 @@ import {
   startUpstream,
   type TestGateway,
 } from '../helpers/gateway-harness.js';
+import { ProblemError } from '../../src/errors.js';
+import { AccessRecorder } from '../../src/gateway/access.js';
+import { DataPlane } from '../../src/gateway/data-plane.js';
+import type { Exchange } from '../../src/gateway/exchange.js';
+import type { KindRuntimes } from '../../src/gateway/runtimes.js';
+import { createMetrics } from '../../src/observe/metrics.js';
+import type { PolicyHolder } from '../../src/policy/index.js';
 import { MemoryStore } from '../helpers/memory-store.js';
 
 const started: { close(): Promise<void> }[] = [];
@@ -92,5 +102,53 @@ describe('the data plane', () => {
     });
     expect(res.statusCode).toBe(200);
     expect(await res.body.text()).toBe('ok');
+  });
+});
+
+describe('the data plane when a step throws', () => {
+  /** A plane on a bare node:http server whose one route's kind runs `serve`. */
+  async function planeServing(serve: (ex: Exchange) => void | Promise<void>): Promise<string> {
+    const route = { name: 'r', fencing: null, upstream: { kind: 'http', methodOverride: 'drop' } };
+    const policy = { upstreams: {}, match: () => ({ route, params: {} }) };
+    const log = pino({ level: 'silent' });
+    const plane = new DataPlane({
+      policy: { current: policy } as unknown as PolicyHolder,
+      fence: () => Promise.resolve(false),
+      runtimes: { serve } as unknown as KindRuntimes,
+      access: new AccessRecorder(createMetrics({ defaultMetrics: false }), 0, log),
+      log,
+      trustProxy: false,
+    });
+    const server = createServer((req, res) => plane.handle(req, res));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    started.push({ close: () => new Promise<void>((resolve) => server.close(() => resolve())) });
+    return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  }
+
+  it('answers an error thrown before the answer as a problem: 500 internal, or the ProblemError it is', async () => {
+    const thrown = await planeServing(() => {
+      throw new Error('boom');
+    });
+    const res = await request(`${thrown}/x`);
+    expect(res.statusCode).toBe(500);
+    expect(await res.body.json()).toMatchObject({ type: 'urn:fencegate:internal' });
+    const rejected = await planeServing(() => Promise.reject(new ProblemError('lock-held', 'held')));
+    const problem = await request(`${rejected}/x`);
+    expect(problem.statusCode).toBe(409);
+    expect(await problem.body.json()).toMatchObject({ type: 'urn:fencegate:lock-held' });
+  });
+
+  it('cuts an answer that had started, or a problem it cannot write, without an unhandled error', async () => {
+    const url = await planeServing((ex) => {
+      ex.res.writeHead(200, { 'content-length': '10' });
+      ex.res.write('12345');
+      throw new Error('boom mid-answer');
+    });
+    await expect(request(`${url}/x`).then((r) => r.body.text())).rejects.toThrow();
+    // A problem that cannot be written (an invalid header value) is a cut too, not a crash.
+    const bad = await planeServing(() =>
+      Promise.reject(new ProblemError('lock-held', 'held', {}, { headers: { 'retry-after': 'a\nb' } })),
+    );
+    await expect(request(`${bad}/x`)).rejects.toThrow();
   });
 });
