@@ -8,6 +8,7 @@
 import { ProblemError } from '../errors.js';
 import type { GatewayRequestState } from './context.js';
 import type { Exchange } from './exchange.js';
+import type { InflightEntry } from './inflight.js';
 import {
   FENCING_SEQUENCER,
   FENCING_TOKEN,
@@ -19,7 +20,8 @@ import {
 } from './headers.js';
 import { sendContinue } from '../http/continue.js';
 import { sessionLapsed } from './session.js';
-import { ForwardGuard, type ForwardCutError } from './forward-guard.js';
+import { ForwardGuard, type ForwardCutError, type GuardSettings } from './forward-guard.js';
+import type { Metrics } from '../observe/metrics.js';
 import type { KindEnvironment } from './kinds/types.js';
 import { upstreamProblem } from './upstream-errors.js';
 import type { ForwardScope, UpstreamPool, UpstreamSink } from './upstreams.js';
@@ -113,49 +115,19 @@ export function forwardHttp(
     for (const e of entries) e.finish();
     throw sessionLapsed(fence.lock);
   }
-  const settled = () => {
-    for (const e of entries) e.upstreamSettled();
+  const guarding: GuardSettings = {
+    upstream: upstream.name,
+    timeoutMs: upstream.timeoutMs,
+    idleTimeoutMs: route.upload.idleTimeoutMs,
+    uploadTimeoutMs: route.upload.timeoutMs,
+    lease,
+    lock: fence?.lock ?? null,
   };
-  const guard = new ForwardGuard(
-    {
-      upstream: upstream.name,
-      timeoutMs: upstream.timeoutMs,
-      idleTimeoutMs: route.upload.idleTimeoutMs,
-      uploadTimeoutMs: route.upload.timeoutMs,
-      lease,
-      lock: fence?.lock ?? null,
-    },
-    ex.req,
-    metrics,
-    (err: ForwardCutError) => {
-      // Cut before undici started sending it: it never will, so its entries are done now.
-      settled();
-      if (!ex.sent) sendCut(ex, err.problem);
-      else ex.res.destroy();
-    },
-  );
-  let clientLeft = false;
-  const writer = new ResponseWriter(ex, upstream, pool, () => clientLeft);
-  ex.res.once('close', () => {
-    clientLeft = !ex.res.writableFinished;
-    guard.clientClosed();
-    if (clientLeft) writer.clientClosed();
-  });
+  const forward = new HttpForward(ex, upstream, pool, entries, guarding, metrics);
+  ex.res.once('close', () => forward.clientClosed());
   // Routed, fenced and past the drain barrier: only now may a client waiting on
   // `Expect: 100-continue` start its upload.
   sendContinue(ex.req, ex.res);
-  const scope: ForwardScope = {
-    upstream,
-    guard,
-    started: () => {
-      for (const e of entries) e.forwarding();
-    },
-    settled: () => {
-      guard.settled();
-      settled();
-    },
-    clientGone: () => clientLeft,
-  };
   const asSent = settings.asSent === true;
   // The path as routed (and fenced), the query as received.
   const url = ex.req.url ?? '/';
@@ -167,9 +139,9 @@ export function forwardHttp(
   const clientHost = ex.headers.host;
   headers.host = asSent && clientHost !== undefined ? clientHost : hostOf(upstream);
   pool.forward(
-    scope,
+    forward,
     { method: ex.method, path, headers: headers as Record<string, string | string[]>, body: ex.body },
-    writer,
+    forward,
   );
 }
 
@@ -185,39 +157,70 @@ function hostOf(upstream: CompiledUpstream): string {
 }
 
 /**
- * Passes the upstream's answer to the client as it arrives: the status and cleaned
- * headers, then the body chunks with undici's own flow control (a full socket pauses
- * the upstream connection until it drains). No answer: a problem.
+ * One forward, in one object: what the pool asks of its scope (the guard; the request
+ * started, settled, its client gone) and where the answer goes. The answer is passed to
+ * the client as it arrives: the status and cleaned headers, then the body chunks with
+ * undici's own flow control (a full socket pauses the upstream connection until it
+ * drains). No answer: a problem.
  */
-class ResponseWriter implements UpstreamSink {
+class HttpForward implements ForwardScope, UpstreamSink {
+  readonly guard: ForwardGuard;
+  private clientLeft = false;
   private abort: ((err?: Error) => void) | null = null;
   private resume: (() => void) | null = null;
-  private readonly drained = () => this.resume?.();
+  private drained: (() => void) | null = null;
 
   constructor(
     private readonly ex: Exchange,
-    private readonly upstream: CompiledUpstream,
+    readonly upstream: CompiledUpstream,
     private readonly pool: UpstreamPool,
-    private readonly clientLeft: () => boolean,
-  ) {}
+    /** The request's in-flight entries (none when not fenced in the gateway). */
+    private readonly entries: readonly InflightEntry[],
+    guarding: GuardSettings,
+    metrics: Metrics,
+  ) {
+    this.guard = new ForwardGuard(guarding, ex.req, metrics, (err) => this.cutUnsent(err));
+  }
 
-  onStart(abort: (err?: Error) => void): void {
-    this.abort = abort;
+  started(): void {
+    for (const e of this.entries) e.forwarding();
+  }
+
+  settled(): void {
+    this.guard.settled();
+    for (const e of this.entries) e.upstreamSettled();
+  }
+
+  clientGone(): boolean {
+    return this.clientLeft;
+  }
+
+  /** Cut before undici started sending it: it never will, so its entries are done now. */
+  cutUnsent(err: ForwardCutError): void {
+    for (const e of this.entries) e.upstreamSettled();
+    if (!this.ex.sent) sendCut(this.ex, err.problem);
+    else this.ex.res.destroy();
   }
 
   /**
-   * The client's connection closed before its answer was written whole. Once the answer
+   * The client's connection closed. Before its answer was written whole: once the answer
    * is streaming, the rest of it is not read. Before that the request goes on: the
    * upstream may apply it whether or not anyone hears the answer, and its in-flight
    * entry must count until it settles.
    */
   clientClosed(): void {
-    if (this.resume !== null) this.abort?.(new ClientGoneError());
+    this.clientLeft = !this.ex.res.writableFinished;
+    this.guard.clientClosed();
+    if (this.clientLeft && this.resume !== null) this.abort?.(new ClientGoneError());
+  }
+
+  onStart(abort: (err?: Error) => void): void {
+    this.abort = abort;
   }
 
   onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
     const res = this.ex.res;
-    if (res.destroyed || this.clientLeft()) {
+    if (res.destroyed || this.clientLeft) {
       // The client went away while the upstream worked: nothing to pass the answer to.
       this.abort?.(new ClientGoneError());
       return false;
@@ -240,7 +243,7 @@ class ResponseWriter implements UpstreamSink {
   onData(chunk: Buffer): boolean {
     const res = this.ex.res;
     if (res.write(chunk)) return true;
-    res.once('drain', this.drained);
+    res.once('drain', (this.drained ??= () => this.resume?.()));
     return false;
   }
 
