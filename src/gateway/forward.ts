@@ -1,7 +1,7 @@
 /**
  * Forwarding to an HTTP upstream over undici, for the kinds that speak HTTP (http, s3).
  * Bodies are never parsed or buffered: the request stream goes to undici as is, and the
- * answer is written to the client's socket as undici delivers it (ResponseWriter),
+ * answer is written to the client's socket as undici delivers it (HttpForward),
  * without a response stream in between. Request headers are cleaned before the gateway
  * adds its own.
  */
