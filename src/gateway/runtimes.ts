@@ -8,6 +8,9 @@ import type { Exchange } from './exchange.js';
 import { KINDS } from './kinds/index.js';
 import type { KindEnvironment, KindRuntime, ResourceFence } from './kinds/types.js';
 
+/** What every request not fenced in the resource is served with (one array, not one each). */
+const NO_FENCES: readonly ResourceFence[] = Object.freeze([]);
+
 export class KindRuntimes {
   private readonly runtimes = new Map<string, KindRuntime>();
   private readonly unsubscribe: () => void;
@@ -26,10 +29,10 @@ export class KindRuntimes {
     const runtime = this.runtimes.get(kind);
     if (runtime === undefined) throw new Error(`no runtime for kind "${kind}"`);
     const fence = state.fence;
-    const fences: ResourceFence[] =
+    const fences =
       fence?.mode === 'resource' && fence.token !== null
         ? fence.locks.map((lock) => ({ lock, token: fence.token as bigint }))
-        : [];
+        : NO_FENCES;
     return runtime.serve(ex, state, fences);
   }
 

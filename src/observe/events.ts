@@ -140,7 +140,7 @@ export class EventLog {
     const found = lookup(input.lock, input.token);
     if (!(found instanceof Promise)) {
       // Known already (a flood of refusals mostly repeats tokens): no promise per event.
-      this.append(found === null ? input : { ...input, owner: found });
+      this.appendOwned(input, found);
       return;
     }
     this.awaitingOwner += 1;
@@ -148,8 +148,12 @@ export class EventLog {
       .catch(() => null)
       .then((owner) => {
         this.awaitingOwner -= 1;
-        this.append(owner === null ? input : { ...input, owner });
+        this.appendOwned(input, owner);
       });
+  }
+
+  private appendOwned(input: EventInput, owner: string | null): void {
+    this.append(owner === null ? input : { ...input, owner });
   }
 
   /** Most recent first, at most `limit`, matching `filter`. */

@@ -203,14 +203,14 @@ export class FenceBatcher {
         ...b.args,
       );
       if (withReread) reread = this.redis.hmget(this.epochKey, 'floor');
-      stream?.uncork?.();
     } catch (err) {
-      stream?.uncork?.();
       // Never leave the batcher waiting on a batch that was not sent.
       reread?.catch(() => undefined);
       this.sent();
       fail(b, err);
       return;
+    } finally {
+      stream?.uncork?.();
     }
     reply.then(
       async (value) => {
