@@ -107,10 +107,16 @@ async function load(pool, count, paths, tokens, want) {
 }
 
 async function measure(build, mode, env) {
+  // As bin/fencegate.js: no pretenuring; the single-threaded collector on 2 CPUs or fewer.
   const nodeArgs = opt['gc-trace']
-    ? ['--max-semi-space-size=1', '--min-semi-space-size=1', '--trace-gc']
-    : ['--max-semi-space-size=32', ...(availableParallelism() <= 2 ? ['--single-threaded-gc'] : [])]; // as bin/fencegate.js
-  if (process.env.FG_GATEWAY_NODE_ARGS) nodeArgs.push(...process.env.FG_GATEWAY_NODE_ARGS.split(' '));
+    ? ['--max-semi-space-size=1', '--min-semi-space-size=1', '--trace-gc', '--no-allocation-site-pretenuring']
+    : [
+        '--max-semi-space-size=32',
+        '--no-allocation-site-pretenuring',
+        ...(availableParallelism() <= 2 ? ['--single-threaded-gc'] : []),
+      ];
+  if (process.env.FG_GATEWAY_NODE_ARGS)
+    nodeArgs.push(...process.env.FG_GATEWAY_NODE_ARGS.split(' ').filter(Boolean));
   const gw = await start(
     process.execPath,
     [...nodeArgs, join(build, 'bin/fencegate.js'), ...serveArgs(env.store, env.policies)],
