@@ -40,7 +40,7 @@ describe('the fencegate command', () => {
 
   it('starts the compact heap with FENCEGATE_HEAP=compact', () => {
     expect(run({ FENCEGATE_HEAP: 'compact' }).argv).toEqual([
-      '--max-semi-space-size=16',
+      '--max-semi-space-size=8',
       '--heap-growing-percent=20',
       NO_PRETENURING,
     ]);
