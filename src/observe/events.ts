@@ -93,6 +93,14 @@ export function matches(e: FenceEvent, f: EventFilter): boolean {
   return true;
 }
 
+/** An event waiting for its owner lookup, or behind one that is. */
+interface Waiting {
+  input: EventInput;
+  owner: string | null;
+  /** The owner is known (or will not be): it may be appended once those before it are. */
+  settled: boolean;
+}
+
 export class EventLog {
   /** A circular buffer: `start` is the oldest slot once the ring is full. */
   private readonly ring: (FenceEvent | undefined)[];
@@ -104,7 +112,6 @@ export class EventLog {
   private readonly log: EventLogOptions['log'];
   private readonly owners: OwnerLookupFn | undefined;
   private readonly maxAwaitingOwner: number;
-  private awaitingOwner = 0;
   private windowStart = 0;
   private windowCount = 0;
   private suppressed = 0;
@@ -123,33 +130,54 @@ export class EventLog {
   /**
    * Records an event. With an owner lookup, an event with a token and no owner is recorded
    * with the owner the lookup already knows, else once the lookup settles (the lookup bounds
-   * its own time); otherwise at once.
+   * its own time); otherwise at once. Events are appended in the order they were recorded:
+   * one that arrives while an earlier one waits for its owner waits behind it (ids and the
+   * live stream follow the order of the refusals, not of the lookups).
    */
   record(input: EventInput): void {
     const lookup = this.owners;
-    if (
-      lookup === undefined ||
-      input.owner !== null ||
-      input.token === null ||
-      input.lock === '' ||
-      this.awaitingOwner >= this.maxAwaitingOwner
-    ) {
-      this.append(input);
-      return;
-    }
-    const found = lookup(input.lock, input.token);
+    const needsOwner =
+      lookup !== undefined && input.owner === null && input.token !== null && input.lock !== '';
+    const found = needsOwner ? lookup(input.lock, input.token as string) : null;
     if (!(found instanceof Promise)) {
       // Known already (a flood of refusals mostly repeats tokens): no promise per event.
-      this.appendOwned(input, found);
+      if (this.waiting.length === 0) this.appendOwned(input, found);
+      else this.queue({ input, owner: found, settled: true });
       return;
     }
-    this.awaitingOwner += 1;
+    const entry: Waiting = { input, owner: null, settled: false };
+    this.queue(entry);
     found
       .catch(() => null)
       .then((owner) => {
-        this.awaitingOwner -= 1;
-        this.appendOwned(input, owner);
+        if (entry.settled) return; // recorded without it (the queue was full)
+        entry.owner = owner;
+        entry.settled = true;
+        this.drain();
       });
+  }
+
+  /** Events behind a pending owner lookup, oldest first. */
+  private readonly waiting: Waiting[] = [];
+
+  private queue(entry: Waiting): void {
+    this.waiting.push(entry);
+    // Past the bound, the waiting events are recorded now, in order, without the owners
+    // still unknown: a slow lookup must not hold the log back without limit.
+    if (this.waiting.length > this.maxAwaitingOwner) {
+      for (const w of this.waiting) w.settled = true;
+    }
+    this.drain();
+  }
+
+  private drain(): void {
+    const w = this.waiting;
+    let n = 0;
+    while (n < w.length && w[n]!.settled) {
+      this.appendOwned(w[n]!.input, w[n]!.owner);
+      n++;
+    }
+    if (n > 0) w.splice(0, n);
   }
 
   private appendOwned(input: EventInput, owner: string | null): void {

@@ -84,20 +84,53 @@ describe('EventLog', () => {
     });
     log.subscribe((e) => seen.push(e));
     log.record(input());
-    log.record(input({ token: null, reason: 'missing' })); // nothing to look up: at once
-    expect(seen.map((e) => e.reason)).toEqual(['missing']);
-    await until(() => seen.length === 2, 'the looked-up event');
-    expect(seen[1]).toMatchObject({ id: 2, owner: 'alice', token: '41' });
+    // Nothing to look up, but recorded after the refusal before it: it waits behind it.
+    log.record(input({ token: null, reason: 'missing' }));
+    expect(seen).toEqual([]);
+    await until(() => seen.length === 2, 'the looked-up event and the one behind it');
+    expect(seen[0]).toMatchObject({ id: 1, owner: 'alice', token: '41', reason: 'stale' });
+    expect(seen[1]).toMatchObject({ id: 2, owner: null, reason: 'missing' });
     fail = true;
     log.record(input());
     await until(() => seen.length === 3, 'the event whose lookup failed');
     expect(seen[2]).toMatchObject({ id: 3, owner: null });
+    // With nothing waiting, an event with nothing to look up is recorded at once.
+    log.record(input({ token: null, reason: 'missing' }));
+    expect(seen[3]).toMatchObject({ id: 4, reason: 'missing' });
   });
 
-  it('stops waiting for owners past maxAwaitingOwner: events are recorded at once, owner null', () => {
+  it('keeps the order of refusals when a later lookup settles first', async () => {
+    const delays: Record<string, number> = { '41': 30, '42': 1 };
+    const log = new EventLog({
+      owners: async (_lock, token) => {
+        await sleep(delays[token] ?? 0);
+        return `owner-of-${token}`;
+      },
+    });
+    log.record(input({ token: '41' }));
+    log.record(input({ token: '42' }));
+    await until(() => log.total === 2, 'both events');
+    expect(log.after(0).map((e) => [e.id, e.token, e.owner])).toEqual([
+      [1, '41', 'owner-of-41'],
+      [2, '42', 'owner-of-42'],
+    ]);
+  });
+
+  it('stops waiting for owners past maxAwaitingOwner: the waiting events are recorded in order, owner null', () => {
     const log = new EventLog({ owners: () => new Promise(() => undefined), maxAwaitingOwner: 3 });
-    for (let i = 0; i < 10; i++) log.record(input());
-    expect(log.total).toBe(7);
+    for (let i = 0; i < 10; i++) log.record(input({ token: String(100 + i) }));
+    // The 4th and the 8th pass the bound: each time the 4 waiting are recorded; 2 still wait.
+    expect(log.total).toBe(8);
+    expect(log.after(0).map((e) => e.token)).toEqual([
+      '100',
+      '101',
+      '102',
+      '103',
+      '104',
+      '105',
+      '106',
+      '107',
+    ]);
     expect(log.recent(10).every((e) => e.owner === null)).toBe(true);
   });
 
