@@ -285,7 +285,10 @@ describe('the dashboard in headless Chromium', () => {
     );
     await page.fill('#f-lock', '');
 
-    // The lock table is paged: 50 rows, and the next page holds the next 50 keys.
+    // The lock table is paged: 50 rows, and the next page holds the next 50 keys. Each page is
+    // a /v1/locks read over 1,000 locks while the 10,000 events still render: generous bounds,
+    // since the full suite loads the machine (5 s was once too short there).
+    const LOCK_PAGE_WAIT_MS = 15_000;
     await page.fill('#l-prefix', 'zz-load:');
     await page.waitForFunction(
       () => {
@@ -295,7 +298,7 @@ describe('the dashboard in headless Chromium', () => {
         return keys.length === 50 && keys[0] === 'zz-load:0000' && keys[49] === 'zz-load:0049';
       },
       null,
-      { timeout: 5000 },
+      { timeout: LOCK_PAGE_WAIT_MS },
     );
     await page.click('#l-next');
     await page.waitForFunction(
@@ -306,7 +309,7 @@ describe('the dashboard in headless Chromium', () => {
         return rows.length === 50 && rows[0]?.[0] === 'zz-load:0050' && rows[0]?.[1] === 'holder-50';
       },
       null,
-      { timeout: 5000 },
+      { timeout: LOCK_PAGE_WAIT_MS },
     );
     expect(problems).toEqual([]);
   }, 180_000);
