@@ -112,6 +112,8 @@ export class EventLog {
   private readonly log: EventLogOptions['log'];
   private readonly owners: OwnerLookupFn | undefined;
   private readonly maxAwaitingOwner: number;
+  /** Events behind a pending owner lookup, oldest first. */
+  private readonly waiting: Waiting[] = [];
   private windowStart = 0;
   private windowCount = 0;
   private suppressed = 0;
@@ -136,9 +138,10 @@ export class EventLog {
    */
   record(input: EventInput): void {
     const lookup = this.owners;
-    const needsOwner =
-      lookup !== undefined && input.owner === null && input.token !== null && input.lock !== '';
-    const found = needsOwner ? lookup(input.lock, input.token as string) : null;
+    const found =
+      lookup !== undefined && input.owner === null && input.token !== null && input.lock !== ''
+        ? lookup(input.lock, input.token)
+        : null;
     if (!(found instanceof Promise)) {
       // Known already (a flood of refusals mostly repeats tokens): no promise per event.
       if (this.waiting.length === 0) this.appendOwned(input, found);
@@ -156,9 +159,6 @@ export class EventLog {
         this.drain();
       });
   }
-
-  /** Events behind a pending owner lookup, oldest first. */
-  private readonly waiting: Waiting[] = [];
 
   private queue(entry: Waiting): void {
     this.waiting.push(entry);
