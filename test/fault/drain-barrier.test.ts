@@ -7,7 +7,8 @@
  * 2. A full upstream pool: 256 unfenced writes, each answered after 2.5 s, keep gateway 1's
  *    128 connections busy; T1 waits ~5 s in undici's queue, then takes 2 s at the upstream.
  * 3. A paused gateway: T1 waits at gateway 1's barrier behind T0; gateway 1 is SIGSTOPped
- *    past its session TTL; on SIGCONT it must not forward T1.
+ *    past its session TTL; on SIGCONT it must not forward T1. (On the embedded store it is
+ *    stopped outside the directory's write lock, lib/embedded-pause.ts.)
  * 4. A store clock step forward (+1 h) while T1 is in flight: Postgres under libfaketime
  *    with two gateways, and the embedded store (the gateway's own host clock). Redis cannot
  *    be staged here (libfaketime recurses in its allocator's clock_gettime at start); its
@@ -36,6 +37,7 @@ import {
   type GatedUpstream,
   type WriteResult,
 } from './harness/index.js';
+import { stopOutsideWriteLock } from './lib/embedded-pause.js';
 import { fakeClock, type FakeClock } from './lib/faketime.js';
 import { until } from './lib/workload.js';
 
@@ -282,7 +284,11 @@ describe.each(['redis', 'postgres', 'embedded'] as const)(
         timeoutMs: 60_000,
       });
       await sleep(300);
-      g1.proc.kill('SIGSTOP');
+      // On the embedded store, not while gateway 1 holds the directory's write lock: that
+      // would stop gateway 2's writes too, until SIGCONT (docs/stores-embedded.md).
+      const dir = (store as FaultStore).dir;
+      if (dir === null) g1.proc.kill('SIGSTOP');
+      else await stopOutsideWriteLock(dir, g1.proc);
       let b: string;
       try {
         up.open(gate0); // T0 is applied; gateway 1 cannot see the answer

@@ -24,6 +24,8 @@ export interface FaultStore {
   args: string[];
   /** True when several fencegate processes may share it. */
   shared: boolean;
+  /** The embedded store's directory (null for the other stores). */
+  dir: string | null;
   cleanup(): Promise<void>;
 }
 
@@ -38,6 +40,7 @@ export async function openFaultStore(kind: StoreKind): Promise<FaultStore> {
       return {
         kind,
         shared: true,
+        dir: null,
         args: ['--store', SHARED_REDIS_URL, '--allow-volatile-redis', '--store-namespace', ns],
         cleanup: () => deleteRedisPrefix(SHARED_REDIS_URL, ns),
       };
@@ -47,6 +50,7 @@ export async function openFaultStore(kind: StoreKind): Promise<FaultStore> {
       return {
         kind,
         shared: true,
+        dir: null,
         args: ['--store', redis.url],
         cleanup: async () => {
           await redis.stop();
@@ -59,6 +63,7 @@ export async function openFaultStore(kind: StoreKind): Promise<FaultStore> {
       return {
         kind,
         shared: true,
+        dir: null,
         args: ['--store', PG_URL, '--store-namespace', schema],
         cleanup: () => dropSchema(schema),
       };
@@ -68,6 +73,7 @@ export async function openFaultStore(kind: StoreKind): Promise<FaultStore> {
       return {
         kind,
         shared: true,
+        dir,
         args: ['--store', dir],
         cleanup: () => rm(dir, { recursive: true, force: true }),
       };
