@@ -139,4 +139,71 @@ describe('fence batches: one script call per turn (private redis-server)', () =>
     // Redis runs them in this order: the read shows the floor at or after the admission ran.
     expect(seen).toEqual(['evalsha', 'hmget']);
   });
+
+  it('sends the source once per connection (EVAL), then the hash (EVALSHA)', async () => {
+    // A store of its own: its connection has not sent the script yet.
+    const fresh = await openRedisStore(server.url, { namespace: 'fb2', allowVolatileRedis: true });
+    try {
+      const model = await setUp(fresh, 'src', RULES);
+      const token = model.locks.get('src:a')?.tokens[3] ?? 0n;
+      await redisCall(server.url, 'CONFIG', 'RESETSTAT');
+      for (let i = 0; i < 3; i++) {
+        const r = await fresh.admit({
+          lock: 'src:a',
+          token,
+          check: 'token',
+          requestId: `s${i}`,
+          session: 'src-live',
+          record: true,
+        });
+        expect(r).toMatchObject({ ok: true, highest: token });
+      }
+      const calls = await commandCalls();
+      expect(calls.get('eval')).toBe(1);
+      expect(calls.get('evalsha')).toBe(2);
+    } finally {
+      await fresh.close();
+    }
+  });
+
+  it('after SCRIPT FLUSH: the batch answered NOSCRIPT is sent again with the source, and applied once', async () => {
+    const model = await setUp(store, 'flush', RULES);
+    const token = model.locks.get('flush:a')?.tokens[3] ?? 0n;
+    const base = { lock: 'flush:a', token, check: 'token' as const, session: 'flush-live', record: true };
+    await store.admit({ ...base, requestId: 'warm' });
+    await redisCall(server.url, 'SCRIPT', 'FLUSH');
+    const monitor = await new Redis(server.url).monitor();
+    const seen: string[] = [];
+    monitor.on('monitor', (_time: string, args: string[]) => {
+      if (args[0] === 'evalsha' || args[0] === 'eval' || (args[0] === 'hmget' && args[1] === 'fb:epoch'))
+        seen.push(args[0]);
+    });
+    try {
+      const r = await store.admit({ ...base, requestId: 'after-flush' });
+      expect(r).toEqual({ ok: true, highest: token, lowerInflight: 0 });
+      await store.admit({ ...base, requestId: 'next' });
+      await new Promise((r) => setTimeout(r, 200));
+    } finally {
+      monitor.disconnect();
+    }
+    // NOSCRIPT (nothing ran), then the source with the floor read again behind it; then the hash again.
+    expect(seen).toEqual(['evalsha', 'hmget', 'eval', 'hmget', 'evalsha', 'hmget']);
+    const entries = (await redisCall(server.url, 'HKEYS', lockKeys('fb', 'flush:a').inf)) as string[];
+    expect(entries.sort()).toEqual(['after-flush', 'next', 'warm']);
+  });
+
+  it('encodes lock names and request ids by their UTF-8 length', async () => {
+    const model = await setUp(store, 'üñí—🙂', RULES);
+    const lock = 'üñí—🙂:a';
+    const token = model.locks.get(lock)?.tokens[3] ?? 0n;
+    const base = { lock, token, check: 'token' as const, session: 'üñí—🙂-live', record: true };
+    const [one, two] = await Promise.all([
+      store.admit({ ...base, requestId: 'naïve-✓' }),
+      store.admit({ ...base, requestId: 'plain' }),
+    ]);
+    expect(one).toEqual({ ok: true, highest: token, lowerInflight: 0 });
+    expect(two).toEqual({ ok: true, highest: token, lowerInflight: 0 });
+    const entries = (await redisCall(server.url, 'HKEYS', lockKeys('fb', lock).inf)) as string[];
+    expect(entries.sort()).toEqual(['naïve-✓', 'plain']);
+  });
 });

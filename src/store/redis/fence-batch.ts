@@ -20,7 +20,11 @@
 import type { AdmitResult } from '../types.js';
 import type { LockKeys } from './keys.js';
 import { parseAdmitAt, parseFinishAt, ReplyReader } from './replies.js';
-import type { FencegateRedis } from './scripts.js';
+import { EncodedScript, isNoScript, RespArgs } from './encoded-script.js';
+import { scriptSource, type FencegateRedis } from './scripts.js';
+
+/** fence_batch.lua, called with arguments encoded as they arrive (encoded-script.ts). */
+const FENCE_BATCH = new EncodedScript(scriptSource('fg_fence_batch_v1'));
 
 export interface BatchedAdmit {
   result: AdmitResult;
@@ -40,11 +44,11 @@ type Settle =
       reject: (e: unknown) => void;
     };
 
-/** One turn's operations, encoded as the script's KEYS and ARGV as they arrive. */
+/** One turn's operations, encoded (RESP) as the script's KEYS and ARGV as they arrive. */
 class Batch {
-  readonly keys: string[] = [];
-  readonly channels: string[] = [];
-  readonly args: string[] = [];
+  readonly keys = new RespArgs();
+  readonly channels = new RespArgs();
+  readonly ops = new RespArgs();
   readonly settles: Settle[] = [];
   admits = 0;
   private readonly positions = new Map<string, string>();
@@ -53,12 +57,27 @@ class Batch {
   lock(k: LockKeys): string {
     let pos = this.positions.get(k.inf);
     if (pos === undefined) {
-      this.keys.push(k.ctr, k.lease, k.fence, k.inf);
+      this.keys.push(k.ctr);
+      this.keys.push(k.lease);
+      this.keys.push(k.fence);
+      this.keys.push(k.inf);
       this.channels.push(k.channel);
-      pos = String(this.channels.length);
+      pos = String(this.channels.count);
       this.positions.set(k.inf, pos);
     }
     return pos;
+  }
+
+  /** The script's arguments with the global floor `floor`: numkeys, KEYS, then ARGV. */
+  args(floor: string): RespArgs {
+    const a = new RespArgs();
+    a.push(String(this.keys.count));
+    a.append(this.keys);
+    a.push(floor);
+    a.push(String(this.channels.count));
+    a.append(this.channels);
+    a.append(this.ops);
+    return a;
   }
 }
 
@@ -101,7 +120,14 @@ export class FenceBatcher {
     record: boolean,
   ): Promise<BatchedAdmit> {
     const b = this.batch(false);
-    b.args.push('a', b.lock(k), token, check, requestId, session, record ? '1' : '0');
+    const ops = b.ops;
+    ops.push('a');
+    ops.push(b.lock(k));
+    ops.push(token);
+    ops.push(check);
+    ops.push(requestId);
+    ops.push(session);
+    ops.push(record ? '1' : '0');
     b.admits++;
     if (!this.immediate) {
       this.immediate = true;
@@ -113,7 +139,10 @@ export class FenceBatcher {
   /** Removes an in-flight entry; true when it existed. */
   finish(k: LockKeys, requestId: string): Promise<boolean> {
     const b = this.batch(true);
-    b.args.push('f', b.lock(k), requestId);
+    const ops = b.ops;
+    ops.push('f');
+    ops.push(b.lock(k));
+    ops.push(requestId);
     return new Promise<boolean>((resolve, reject) => b.settles.push({ admit: false, resolve, reject }));
   }
 
@@ -186,22 +215,17 @@ export class FenceBatcher {
   /**
    * Sends the batch with `floor`; with `withReread`, the epoch's floor is read right behind
    * it on the same connection (issued after the script call, so Redis runs it after).
+   * A batch answered NOSCRIPT (nothing ran: SCRIPT FLUSH on the server) is sent once more,
+   * with the source, and with its admissions' floor read again behind it.
    */
-  private send(b: Batch, floor: string, withReread: boolean): void {
+  private send(b: Batch, floor: string, withReread: boolean, resent = false): void {
     let reply: Promise<unknown>;
     let reread: Promise<(string | null)[]> | null = null;
     // Both commands in one socket write (the connection does not auto-pipeline).
     const stream = this.redis.stream as { cork?: () => void; uncork?: () => void } | undefined;
     stream?.cork?.();
     try {
-      reply = this.redis.fg_fence_batch_v1(
-        b.keys.length,
-        ...b.keys,
-        floor,
-        String(b.channels.length),
-        ...b.channels,
-        ...b.args,
-      );
+      reply = FENCE_BATCH.call(this.redis, b.args(floor));
       if (withReread) reread = this.redis.hmget(this.epochKey, 'floor');
     } catch (err) {
       // Never leave the batcher waiting on a batch that was not sent.
@@ -228,6 +252,10 @@ export class FenceBatcher {
       },
       (err: unknown) => {
         reread?.catch(() => undefined);
+        if (!resent && isNoScript(err)) {
+          this.send(b, floor, b.admits > 0, true);
+          return;
+        }
         this.sent();
         fail(b, err);
       },

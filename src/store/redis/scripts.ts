@@ -31,7 +31,11 @@ export const SCRIPTS = {
 
 export type ScriptName = keyof typeof SCRIPTS;
 
-/** The registered commands, typed: KEYS first, then ARGV, all strings; replies unparsed. */
+/**
+ * The registered commands, typed: KEYS first, then ARGV, all strings; replies unparsed.
+ * fg_fence_batch_v1 is not among them: the fenced path calls it with its arguments
+ * already encoded (encoded-script.ts, fence-batch.ts).
+ */
 export interface FencegateCommands {
   fg_acquire_v3(
     ctr: string,
@@ -54,8 +58,6 @@ export interface FencegateCommands {
   fg_enqueue_waiter_v1(waitq: string, waitdl: string, waiterId: string, waitMs: string): Promise<unknown>;
   fg_remove_waiter_v1(waitq: string, waitdl: string, waiterId: string, channel: string): Promise<unknown>;
   fg_inspect_v1(ctr: string, lease: string, waitq: string, waitdl: string, fence: string): Promise<unknown>;
-  /** numberOfKeys, then that many KEYS, then ARGV (see fence_batch.lua). */
-  fg_fence_batch_v1(numberOfKeys: number, ...keysThenArgs: string[]): Promise<unknown>;
   fg_lower_inflight_v2(inf: string, token: string): Promise<unknown>;
   fg_drop_inflight_v1(inf: string, channel: string, ...sessions: string[]): Promise<unknown>;
   fg_session_open_v1(sessions: string, id: string, ttlMs: string): Promise<unknown>;
