@@ -90,6 +90,23 @@ describe('fence batches: one script call per turn (private redis-server)', () =>
     return out;
   }
 
+  /** The script calls and epoch reads Redis runs during `run`, in order (MONITOR). */
+  async function scriptCallsDuring(run: () => Promise<void>): Promise<string[]> {
+    const monitor = await new Redis(server.url).monitor();
+    const seen: string[] = [];
+    monitor.on('monitor', (_time: string, args: string[]) => {
+      if (args[0] === 'evalsha' || args[0] === 'eval' || (args[0] === 'hmget' && args[1] === 'fb:epoch'))
+        seen.push(args[0]);
+    });
+    try {
+      await run();
+      await new Promise((r) => setTimeout(r, 200));
+    } finally {
+      monitor.disconnect();
+    }
+    return seen;
+  }
+
   it('sends 40 admissions and 40 finishes called in one turn as one script call each', async () => {
     const model = await setUp(store, 'turn', RULES);
     const tokens = ['turn:a', 'turn:b'].map((k) => model.locks.get(k)?.tokens[3] ?? 0n);
@@ -124,18 +141,9 @@ describe('fence batches: one script call per turn (private redis-server)', () =>
     const token = model.locks.get('order:a')?.tokens[3] ?? 0n;
     const base = { lock: 'order:a', token, check: 'token' as const, session: 'order-live', record: true };
     await store.admit({ ...base, requestId: 'warm' }); // the first batch reads the floor first
-    const monitor = await new Redis(server.url).monitor();
-    const seen: string[] = [];
-    monitor.on('monitor', (_time: string, args: string[]) => {
-      if (args[0] === 'evalsha' || args[0] === 'eval' || (args[0] === 'hmget' && args[1] === 'fb:epoch'))
-        seen.push(args[0]);
-    });
-    try {
+    const seen = await scriptCallsDuring(async () => {
       await store.admit({ ...base, requestId: 'watched' });
-      await new Promise((r) => setTimeout(r, 200));
-    } finally {
-      monitor.disconnect();
-    }
+    });
     // Redis runs them in this order: the read shows the floor at or after the admission ran.
     expect(seen).toEqual(['evalsha', 'hmget']);
   });
@@ -172,20 +180,11 @@ describe('fence batches: one script call per turn (private redis-server)', () =>
     const base = { lock: 'flush:a', token, check: 'token' as const, session: 'flush-live', record: true };
     await store.admit({ ...base, requestId: 'warm' });
     await redisCall(server.url, 'SCRIPT', 'FLUSH');
-    const monitor = await new Redis(server.url).monitor();
-    const seen: string[] = [];
-    monitor.on('monitor', (_time: string, args: string[]) => {
-      if (args[0] === 'evalsha' || args[0] === 'eval' || (args[0] === 'hmget' && args[1] === 'fb:epoch'))
-        seen.push(args[0]);
-    });
-    try {
+    const seen = await scriptCallsDuring(async () => {
       const r = await store.admit({ ...base, requestId: 'after-flush' });
       expect(r).toEqual({ ok: true, highest: token, lowerInflight: 0 });
       await store.admit({ ...base, requestId: 'next' });
-      await new Promise((r) => setTimeout(r, 200));
-    } finally {
-      monitor.disconnect();
-    }
+    });
     // NOSCRIPT (nothing ran), then the source with the floor read again behind it; then the hash again.
     expect(seen).toEqual(['evalsha', 'hmget', 'eval', 'hmget', 'evalsha', 'hmget']);
     const entries = (await redisCall(server.url, 'HKEYS', lockKeys('fb', 'flush:a').inf)) as string[];
