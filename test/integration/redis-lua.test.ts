@@ -78,8 +78,14 @@ describe('lib.lua token arithmetic', () => {
       [MAX_TOKEN.toString(), MAX_TOKEN.toString()],
       ['0', '1'],
       ['1000000000000000000', '999999999999999999'],
+      // Leading zeros (never stored, but never misordered either).
+      ['007', '10'],
+      ['0010', '9'],
+      ['000', '0'],
+      ['0', '00'],
+      ['0999', '1000'],
     ];
-    expect(await cmp(pairs)).toEqual([-1, 1, 1, -1, 1, 0, -1, 1]);
+    expect(await cmp(pairs)).toEqual([-1, 1, 1, -1, 1, 0, -1, 1, -1, 1, 0, 0, -1]);
   });
 
   it('agrees with bigint on random tokens (property)', async () => {
@@ -87,6 +93,11 @@ describe('lib.lua token arithmetic', () => {
     const samples = fc.sample(fc.tuple(token, token), 400);
     const got = await cmp(samples.map(([a, b]) => [a.toString(), b.toString()]));
     expect(got).toEqual(samples.map(([a, b]) => (a < b ? -1 : a > b ? 1 : 0)));
+    // The same pairs, each side zero-padded to 19 digits: the same order.
+    const padded = await cmp(
+      samples.map(([a, b]) => [a.toString().padStart(19, '0'), b.toString().padStart(19, '0')]),
+    );
+    expect(padded).toEqual(got);
     const incs = await incr(samples.map(([a]) => a.toString()));
     expect(incs).toEqual(samples.map(([a]) => (a + 1n).toString()));
   });

@@ -27,19 +27,29 @@ local function fg_floor_of(ms)
   return fg_int(ms) .. '000'
 end
 
--- Left-pads a decimal string with zeros to the fixed token width.
-local function fg_pad(s)
-  return string.rep('0', FG_WIDTH - #s) .. s
+-- Without leading zeros ('007' -> '7', '000' -> '0'). Tokens, floors and counters are
+-- stored canonical; this only guards fg_cmp against any that is not.
+local function fg_canon(s)
+  if #s > 1 and string.byte(s, 1) == 48 then -- '0'
+    return (string.gsub(s, '^0+(%d)', '%1'))
+  end
+  return s
 end
 
--- Compares two decimal strings of at most FG_WIDTH digits: -1, 0 or 1.
--- Byte by byte on the padded forms, not with `<`: Lua's string `<` uses strcoll and
--- Redis sets LC_COLLATE from its environment.
+-- Compares two decimal strings: -1, 0 or 1. The longer is the larger (no leading zeros);
+-- of equal length, byte by byte, not with `<`: Lua's string `<` uses strcoll and Redis
+-- sets LC_COLLATE from its environment. (Not padding both to 19 digits first, as before,
+-- saves two new strings per comparison: docs/adr/0001-tokens-as-strings-in-lua.md.)
 local function fg_cmp(a, b)
-  local pa, pb = fg_pad(a), fg_pad(b)
-  if pa == pb then return 0 end
-  for i = 1, FG_WIDTH do
-    local x, y = string.byte(pa, i), string.byte(pb, i)
+  a, b = fg_canon(a), fg_canon(b)
+  local la = #a
+  if la ~= #b then
+    if la < #b then return -1 end
+    return 1
+  end
+  if a == b then return 0 end
+  for i = 1, la do
+    local x, y = string.byte(a, i), string.byte(b, i)
     if x ~= y then
       if x < y then return -1 end
       return 1
