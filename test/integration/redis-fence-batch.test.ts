@@ -92,7 +92,8 @@ describe('fence batches: one script call per turn (private redis-server)', () =>
 
   /** The script calls and epoch reads Redis runs during `run`, in order (MONITOR). */
   async function scriptCallsDuring(run: () => Promise<void>): Promise<string[]> {
-    const monitor = await new Redis(server.url).monitor();
+    const client = new Redis(server.url);
+    const monitor = await client.monitor();
     const seen: string[] = [];
     monitor.on('monitor', (_time: string, args: string[]) => {
       if (args[0] === 'evalsha' || args[0] === 'eval' || (args[0] === 'hmget' && args[1] === 'fb:epoch'))
@@ -103,6 +104,7 @@ describe('fence batches: one script call per turn (private redis-server)', () =>
       await new Promise((r) => setTimeout(r, 200));
     } finally {
       monitor.disconnect();
+      client.disconnect();
     }
     return seen;
   }
