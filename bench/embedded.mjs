@@ -13,14 +13,13 @@
  *
  * Env: BENCH_SECONDS (per round, default 5), BENCH_ROUNDS (default 3), BENCH_CONNECTIONS (32).
  */
-import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { requireWrk, wrk } from './wrk.mjs';
-import { freePort, LISTENING, serveArgs } from './lib.mjs';
+import { durableRedisArgs, freePort, LISTENING, REDIS_READY, serveArgs, spawnUntil } from './lib.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -30,21 +29,7 @@ const LOCKS = 16;
 const children = [];
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function spawnUntil(cmd, args, pattern) {
-  const child = spawn(cmd, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  children.push(child);
-  let out = '';
-  child.stdout.on('data', (d) => (out += d));
-  child.stderr.on('data', (d) => (out += d));
-  const end = Date.now() + 30_000;
-  let m;
-  while (!(m = pattern.exec(out))) {
-    if (child.exitCode !== null) throw new Error(`${cmd} ${args.join(' ')} exited: ${out}`);
-    if (Date.now() > end) throw new Error(`${cmd} did not start: ${out}`);
-    await sleep(5);
-  }
-  return { child, m };
-}
+const start = (cmd, args, pattern) => spawnUntil(cmd, args, pattern, { children, cwd: ROOT });
 
 async function stop(child) {
   if (child.exitCode !== null || child.signalCode !== null) return;
@@ -54,11 +39,7 @@ async function stop(child) {
 
 async function fencegate(store, policyDir) {
   const started = performance.now();
-  const { child, m } = await spawnUntil(
-    join(ROOT, 'bin/fencegate.js'),
-    serveArgs(store, policyDir),
-    LISTENING,
-  );
+  const { child, m } = await start(join(ROOT, 'bin/fencegate.js'), serveArgs(store, policyDir), LISTENING);
   return { child, data: m[1], control: m[2], startMs: performance.now() - started };
 }
 
@@ -99,7 +80,7 @@ async function main() {
   requireWrk();
   const tmp = await mkdtemp(join(tmpdir(), 'fg-bench-embedded-'));
   const say = (s) => process.stdout.write(`${s}\n`);
-  const { m: um } = await spawnUntil(process.execPath, ['bench/upstream.mjs'], /listening (\S+)/);
+  const { m: um } = await start(process.execPath, ['bench/upstream.mjs'], /listening (\S+)/);
   const policyDir = join(tmp, 'policies');
   await mkdir(policyDir);
   await writeFile(
@@ -114,16 +95,7 @@ routes:
   const redisPort = await freePort();
   const redisDir = join(tmp, 'redis');
   await mkdir(redisDir);
-  await spawnUntil(
-    'redis-server',
-    ['--port', String(redisPort), '--bind', '127.0.0.1', '--dir', redisDir, '--save', ''].concat([
-      '--appendonly',
-      'yes',
-      '--appendfsync',
-      'always',
-    ]),
-    /Ready to accept connections/,
-  );
+  await start('redis-server', durableRedisArgs(redisPort, redisDir), REDIS_READY);
 
   const embedded = await fencegate(join(tmp, 'embedded'), policyDir);
   say(`first start on an empty directory: ${Math.round(embedded.startMs)} ms`);

@@ -12,14 +12,13 @@
  * A variant is a helper library and a batch script, joined as the store joins them
  * (`lib.lua` first); the default is this checkout's pair. Needs `npm run build` first.
  */
-import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
-import { freePort } from './lib.mjs';
+import { durableRedisArgs, freePort, REDIS_READY, spawnUntil } from './lib.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SCRIPTS = join(ROOT, 'src/store/redis/scripts');
@@ -34,20 +33,7 @@ const WRITES_PER_WRITER = 200;
 
 async function startRedis(dir) {
   const port = await freePort();
-  const child = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes'].concat(
-      ['--appendfsync', 'always'],
-    ),
-    { stdio: ['ignore', 'pipe', 'inherit'] },
-  );
-  let seen = '';
-  child.stdout.on('data', (d) => (seen += d));
-  const end = Date.now() + 10_000;
-  while (!seen.includes('Ready to accept connections')) {
-    if (child.exitCode !== null || Date.now() > end) throw new Error(`redis-server did not start: ${seen}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  const { child } = await spawnUntil('redis-server', durableRedisArgs(port, dir), REDIS_READY);
   return { child, url: `redis://127.0.0.1:${port}` };
 }
 

@@ -24,7 +24,6 @@
  * --logs DIR keeps each gateway's output (e.g. with --trace-gc among the flags).
  * `postgres` as a store uses FENCEGATE_TEST_POSTGRES (default postgres://postgres@127.0.0.1:5432/test).
  */
-import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { realpathSync } from 'node:fs';
@@ -33,7 +32,15 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { requireWrk, wrk } from './wrk.mjs';
-import { control, freePort, LISTENING, serveArgs } from './lib.mjs';
+import {
+  control,
+  durableRedisArgs,
+  freePort,
+  LISTENING,
+  REDIS_READY,
+  serveArgs,
+  spawnUntil,
+} from './lib.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const { values: opt } = parseArgs({
@@ -67,21 +74,7 @@ async function variants() {
   });
 }
 
-async function start(cmd, args, pattern, env = process.env) {
-  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env });
-  children.push(child);
-  let out = '';
-  child.stdout.on('data', (d) => (out += d));
-  child.stderr.on('data', (d) => (out += d));
-  const end = Date.now() + 90_000;
-  let m;
-  while (!(m = pattern.exec(out))) {
-    if (child.exitCode !== null) throw new Error(`${cmd} exited: ${out}`);
-    if (Date.now() > end) throw new Error(`${cmd} did not start: ${out}`);
-    await sleep(20);
-  }
-  return { child, m, output: () => out };
-}
+const start = (cmd, args, pattern, env = process.env) => spawnUntil(cmd, args, pattern, { children, env });
 
 async function rssMiB(pid) {
   const s = await readFile(`/proc/${pid}/status`, 'utf8');
@@ -273,16 +266,7 @@ async function main() {
   if (STORES.includes('redis')) {
     const port = await freePort();
     await mkdir(join(tmp, 'redis'));
-    await start(
-      'redis-server',
-      ['--port', String(port), '--bind', '127.0.0.1', '--dir', join(tmp, 'redis'), '--save', ''].concat([
-        '--appendonly',
-        'yes',
-        '--appendfsync',
-        'always',
-      ]),
-      /Ready to accept connections/,
-    );
+    await start('redis-server', durableRedisArgs(port, join(tmp, 'redis')), REDIS_READY);
     setup.redisUrl = `redis://127.0.0.1:${port}`;
   }
   const vs = await variants();

@@ -16,7 +16,6 @@
  * A build is a checkout with dist/ built (default: this one). Modes: fenced (admitted
  * writes, 16 locks), open (an unfenced route), stale (writes whose token was superseded).
  */
-import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
@@ -25,7 +24,15 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { Pool } from 'undici';
-import { control, freePort, LISTENING, serveArgs } from './lib.mjs';
+import {
+  control,
+  durableRedisArgs,
+  freePort,
+  LISTENING,
+  REDIS_READY,
+  serveArgs,
+  spawnUntil,
+} from './lib.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const { values: opt } = parseArgs({
@@ -44,23 +51,8 @@ const ROUNDS = Number(opt.rounds);
 const LOCKS = 16;
 const CONNECTIONS = 8;
 const children = [];
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function start(cmd, args, pattern) {
-  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  children.push(child);
-  const seen = { text: '' };
-  child.stdout.on('data', (d) => (seen.text += d));
-  child.stderr.on('data', (d) => (seen.text += d));
-  const end = Date.now() + 90_000;
-  let m;
-  while (!(m = pattern.exec(seen.text))) {
-    if (child.exitCode !== null) throw new Error(`${cmd} exited: ${seen.text}`);
-    if (Date.now() > end) throw new Error(`${cmd} did not start: ${seen.text}`);
-    await sleep(20);
-  }
-  return { child, m, seen };
-}
+const start = (cmd, args, pattern) => spawnUntil(cmd, args, pattern, { children });
 
 async function cpuUs(pid) {
   const t = await readFile(`/proc/${pid}/stat`, 'utf8');
@@ -156,7 +148,7 @@ async function measure(build, mode, env) {
   }
   const want = mode === 'stale' ? 409 : 200;
   await load(pool, WRITES, paths, tokens, want); // warm-up
-  const scavengesBefore = (gw.seen.text.match(/Scavenge/g) ?? []).length;
+  const scavengesBefore = (gw.output().match(/Scavenge/g) ?? []).length;
   const before = {
     ...(await kernelCounters(gw.child.pid)),
     gw: await cpuUs(gw.child.pid),
@@ -172,13 +164,13 @@ async function measure(build, mode, env) {
     redis: await cpuUs(env.redisPid),
     ...(await redisCounters(env.redis)),
   };
-  const scavenges = (gw.seen.text.match(/Scavenge/g) ?? []).length - scavengesBefore;
+  const scavenges = (gw.output().match(/Scavenge/g) ?? []).length - scavengesBefore;
   await pool.close();
   gw.child.kill('SIGTERM');
   await once(gw.child, 'exit');
   // FG_GATEWAY_OUTPUT=FILE keeps the gateway's output (e.g. with --trace-deopt in FG_GATEWAY_NODE_ARGS).
   if (process.env.FG_GATEWAY_OUTPUT)
-    await writeFile(process.env.FG_GATEWAY_OUTPUT, gw.seen.text, { flag: 'a' });
+    await writeFile(process.env.FG_GATEWAY_OUTPUT, gw.output(), { flag: 'a' });
   const per = (k) => (after[k] - before[k]) / WRITES;
   return {
     build,
@@ -202,13 +194,8 @@ async function main() {
   await mkdir(join(tmp, 'redis'));
   const redisServer = await start(
     'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--dir', join(tmp, 'redis'), '--save', ''].concat([
-      '--appendonly',
-      'yes',
-      '--appendfsync',
-      process.env.FG_APPENDFSYNC ?? 'always',
-    ]),
-    /Ready to accept connections/,
+    durableRedisArgs(port, join(tmp, 'redis'), process.env.FG_APPENDFSYNC ?? 'always'),
+    REDIS_READY,
   );
   const policies = join(tmp, 'policies');
   await mkdir(policies);

@@ -45,7 +45,7 @@
  *      servers, interleaved at 1 500 req/s, the bare proxy's slice p99s were 16–102 ms against
  *      7–18 ms unpinned, as the servers lose a core's worth of the scheduler's choice).
  */
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir, cpus, totalmem } from 'node:os';
@@ -58,7 +58,7 @@ import { interleaved } from './latency.mjs';
 import { pacedGenerator } from './paced.mjs';
 import { benchPostgresKind } from './postgres-kind.mjs';
 import { requireWrk, wrk } from './wrk.mjs';
-import { freePort, LISTENING, serveArgs } from './lib.mjs';
+import { durableRedisArgs, freePort, LISTENING, REDIS_READY, serveArgs, spawnUntil } from './lib.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
@@ -98,21 +98,8 @@ const PG_URL = process.env.FENCEGATE_TEST_POSTGRES ?? 'postgres://postgres@127.0
 const children = [];
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function spawnUntil(cmd, args, pattern, opts = {}) {
-  const child = spawn(cmd, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], ...opts });
-  children.push(child);
-  let out = '';
-  child.stdout.on('data', (d) => (out += d));
-  child.stderr.on('data', (d) => (out += d));
-  const end = Date.now() + 90_000; // PGlite opens slowly on a busy host
-  let m;
-  while (!(m = pattern.exec(out))) {
-    if (child.exitCode !== null) throw new Error(`${cmd} ${args.join(' ')} exited: ${out}`);
-    if (Date.now() > end) throw new Error(`${cmd} did not start: ${out}`);
-    await sleep(20);
-  }
-  return { child, m, output: () => out };
-}
+const start = (cmd, args, pattern, opts = {}) =>
+  spawnUntil(cmd, args, pattern, { children, cwd: ROOT, ...opts });
 
 async function stop(child) {
   if (child.exitCode !== null || child.signalCode !== null) return;
@@ -122,7 +109,7 @@ async function stop(child) {
 
 async function fencegate(store, policyDir, extra = [], env = {}) {
   // Run as the installed command is (bin/fencegate.js starts Node with its tuning flags).
-  const { child, m } = await spawnUntil(
+  const { child, m } = await start(
     join(ROOT, 'bin/fencegate.js'),
     serveArgs(store, policyDir, extra),
     LISTENING,
@@ -305,25 +292,10 @@ async function withCpu(roles, fn) {
  * event of 1 ms or more (LATENCY HISTORY: the AOF fsyncs, for the latency rows).
  */
 async function startRedis(port, dir) {
-  const { child } = await spawnUntil(
+  const { child } = await start(
     'redis-server',
-    [
-      '--port',
-      String(port),
-      '--bind',
-      '127.0.0.1',
-      '--dir',
-      dir,
-      '--save',
-      '',
-      '--appendonly',
-      'yes',
-      '--appendfsync',
-      'always',
-      '--latency-monitor-threshold',
-      '1',
-    ],
-    /Ready to accept connections/,
+    [...durableRedisArgs(port, dir), '--latency-monitor-threshold', '1'],
+    REDIS_READY,
   );
   return child;
 }
@@ -630,7 +602,7 @@ async function main() {
   const say = (s) => process.stdout.write(`${s}\n`);
   const want = (group) => ONLY === null || ONLY.has(group);
 
-  const { m: um, child: upstreamChild } = await spawnUntil(
+  const { m: um, child: upstreamChild } = await start(
     process.execPath,
     ['bench/upstream.mjs'],
     /listening (\S+)/,
@@ -680,7 +652,7 @@ routes:
   }
 
   // The bare proxy is every ratio's reference and sets the latency rows' rate: always measured.
-  const bare = await spawnUntil(process.execPath, ['bench/bare-proxy.mjs', upstream], /listening (\S+)/);
+  const bare = await start(process.execPath, ['bench/bare-proxy.mjs', upstream], /listening (\S+)/);
   say(`bare @fastify/http-proxy …`);
   await run(bare.m[1], { seconds: WARMUP });
   const bareResult = summarize(
@@ -789,7 +761,7 @@ routes:
     redisChild = await startRedis(redisPort, redisDir);
     // Sequencer keys for the Redis process (Postgres and Redis stores take them from a file).
     const keyFile = join(tmp, 'sequencer-keys.json');
-    await spawnUntil(join(ROOT, 'bin/fencegate.js'), ['keys', 'init', keyFile], /made/);
+    await start(join(ROOT, 'bin/fencegate.js'), ['keys', 'init', keyFile], /made/);
     redis = await fencegate(`redis://127.0.0.1:${redisPort}`, policyDir, ['--sequencer-keys', keyFile]);
     tokens = await acquireTokens(redis.control, 'order');
   }
