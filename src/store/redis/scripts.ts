@@ -11,7 +11,10 @@
 import { readFileSync } from 'node:fs';
 import type { Redis } from 'ioredis';
 
-/** Script name -> [file, number of KEYS] (null: variable, passed as the call's first argument). */
+/**
+ * Script name -> [file, number of KEYS]. 'encoded': not registered on the client; called
+ * with its arguments encoded by the caller (encoded-script.ts, fence-batch.ts).
+ */
 export const SCRIPTS = {
   fg_acquire_v3: ['acquire.lua', 5],
   fg_renew_v1: ['renew.lua', 1],
@@ -19,7 +22,7 @@ export const SCRIPTS = {
   fg_enqueue_waiter_v1: ['enqueue_waiter.lua', 2],
   fg_remove_waiter_v1: ['remove_waiter.lua', 2],
   fg_inspect_v1: ['inspect.lua', 5],
-  fg_fence_batch_v1: ['fence_batch.lua', null],
+  fg_fence_batch_v1: ['fence_batch.lua', 'encoded'],
   fg_lower_inflight_v2: ['lower_inflight.lua', 1],
   fg_drop_inflight_v1: ['drop_inflight.lua', 1],
   fg_session_open_v1: ['session_open.lua', 1],
@@ -27,15 +30,11 @@ export const SCRIPTS = {
   fg_session_end_v1: ['session_end.lua', 1],
   fg_epoch_init_v1: ['epoch_init.lua', 1],
   fg_epoch_bump_v1: ['epoch_bump.lua', 1],
-} as const satisfies Record<string, readonly [string, number | null]>;
+} as const satisfies Record<string, readonly [string, number | 'encoded']>;
 
 export type ScriptName = keyof typeof SCRIPTS;
 
-/**
- * The registered commands, typed: KEYS first, then ARGV, all strings; replies unparsed.
- * fg_fence_batch_v1 is not among them: the fenced path calls it with its arguments
- * already encoded (encoded-script.ts, fence-batch.ts).
- */
+/** The registered commands (all but the encoded scripts), typed: KEYS first, then ARGV, all strings; replies unparsed. */
 export interface FencegateCommands {
   fg_acquire_v3(
     ctr: string,
@@ -94,16 +93,13 @@ export function libSource(): string {
   return readScript('lib.lua');
 }
 
-/** Registers every script on the client (idempotent per client). */
+/** Registers every script but the encoded ones on the client (idempotent per client). */
 export function defineScripts(client: Redis): FencegateRedis {
   for (const [name, [, numberOfKeys]] of Object.entries(SCRIPTS) as [
     ScriptName,
-    readonly [string, number | null],
+    readonly [string, number | 'encoded'],
   ][]) {
-    client.defineCommand(name, {
-      ...(numberOfKeys === null ? {} : { numberOfKeys }),
-      lua: scriptSource(name),
-    });
+    if (numberOfKeys !== 'encoded') client.defineCommand(name, { numberOfKeys, lua: scriptSource(name) });
   }
   return client as FencegateRedis;
 }
