@@ -49,6 +49,8 @@ serve options (environment variable in brackets):
   --store-reset-timeout-ms N           how long the store's open circuit refuses fenced writes [FENCEGATE_STORE_RESET_TIMEOUT_MS] (default 5000)
   --session-ttl-ms N                   how long other gateways wait on this one's silent session before dropping
                                        its in-flight writes at the drain barrier [FENCEGATE_SESSION_TTL_MS] (default 6000)
+  --admission-hold-ms N                how long one store admission serves the same token's next writes on a lock
+                                       in this process; 0: every write asks the store [FENCEGATE_ADMISSION_HOLD_MS] (default 25)
   --sequencer-keys FILE                sequencer key file, the same for every process on the store
                                        [FENCEGATE_SEQUENCER_KEYS] (default: <dir>/sequencer-keys.json on the
                                        embedded store, none on Postgres/Redis)
@@ -143,6 +145,7 @@ async function serve(args: string[]): Promise<number> {
       'store-timeout-ms': { type: 'string' },
       'store-reset-timeout-ms': { type: 'string' },
       'session-ttl-ms': { type: 'string' },
+      'admission-hold-ms': { type: 'string' },
       'sequencer-keys': { type: 'string' },
       'tls-cert': { type: 'string' },
       'tls-key': { type: 'string' },
@@ -173,6 +176,7 @@ async function serve(args: string[]): Promise<number> {
     storeTimeoutMs: values['store-timeout-ms'],
     storeResetTimeoutMs: values['store-reset-timeout-ms'],
     sessionTtlMs: values['session-ttl-ms'],
+    admissionHoldMs: values['admission-hold-ms'],
     sequencerKeys: values['sequencer-keys'],
     tlsCert: values['tls-cert'],
     tlsKey: values['tls-key'],

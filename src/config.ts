@@ -9,6 +9,7 @@ import type { Pair, Scalar } from 'yaml';
 import { LOG_FORMATS, LOG_LEVELS, type LogFormat, type LogLevel } from './observe/log.js';
 import { checkStoreSpec } from './store/index.js';
 import { namespaceProblem } from './store/namespace.js';
+import { ADMISSION_HOLD_MS } from './gateway/admission-hold.js';
 
 export interface HostPort {
   host: string;
@@ -35,6 +36,8 @@ export interface ServeConfig {
   storeResetTimeoutMs: number;
   /** How long other gateways wait on this one's silent session before dropping its in-flight writes. */
   sessionTtlMs: number;
+  /** How long one store admission serves the same token's next writes on a lock (0: every write asks the store). */
+  admissionHoldMs: number;
   /**
    * Sequencer key file (JSON; fencegate keys init). Null: the embedded store's
    * `<dir>/sequencer-keys.json` (made on first start); no sequencers on other stores.
@@ -89,6 +92,7 @@ export const DEFAULTS: ServeConfig = Object.freeze({
   storeTimeoutMs: 2_000,
   storeResetTimeoutMs: 5_000,
   sessionTtlMs: 6_000,
+  admissionHoldMs: ADMISSION_HOLD_MS,
   sequencerKeys: null,
   tlsCert: null,
   tlsKey: null,
@@ -194,6 +198,7 @@ const KEYS: Record<keyof ServeConfig, Kind> = {
   storeTimeoutMs: 'int',
   storeResetTimeoutMs: 'int',
   sessionTtlMs: 'int',
+  admissionHoldMs: 'int',
   sequencerKeys: 'string',
   tlsCert: 'string',
   tlsKey: 'string',
@@ -223,6 +228,7 @@ export const ENV_VARS: Partial<Record<keyof ServeConfig, string>> = {
   storeTimeoutMs: 'FENCEGATE_STORE_TIMEOUT_MS',
   storeResetTimeoutMs: 'FENCEGATE_STORE_RESET_TIMEOUT_MS',
   sessionTtlMs: 'FENCEGATE_SESSION_TTL_MS',
+  admissionHoldMs: 'FENCEGATE_ADMISSION_HOLD_MS',
   sequencerKeys: 'FENCEGATE_SEQUENCER_KEYS',
   tlsCert: 'FENCEGATE_TLS_CERT',
   tlsKey: 'FENCEGATE_TLS_KEY',
@@ -331,20 +337,26 @@ export interface ConfigSources {
 
 export function resolveConfig(sources: ConfigSources): Readonly<ServeConfig> {
   const cfg: ServeConfig = structuredClone({ ...DEFAULTS }) as ServeConfig;
+  // The settings some source gave (the rest keep their defaults).
+  const given = new Set<keyof ServeConfig>();
+  const apply = (key: keyof ServeConfig, v: string | number | boolean, where: string) => {
+    given.add(key);
+    applyOne(cfg, key, v, where);
+  };
   if (sources.file) {
     const raw = readConfigFile(sources.file);
     for (const key of Object.keys(KEYS) as (keyof ServeConfig)[]) {
       const v = raw[key];
-      if (v !== undefined) applyOne(cfg, key, v, raw.__where[key] ?? `${sources.file}: ${key}`);
+      if (v !== undefined) apply(key, v, raw.__where[key] ?? `${sources.file}: ${key}`);
     }
   }
   const env = sources.env ?? {};
   for (const [key, name] of Object.entries(ENV_VARS) as [keyof ServeConfig, string][]) {
     const v = env[name];
-    if (v !== undefined && v !== '') applyOne(cfg, key, v, `environment ${name}`);
+    if (v !== undefined && v !== '') apply(key, v, `environment ${name}`);
   }
   for (const [key, v] of Object.entries(sources.flags ?? {}) as [keyof ServeConfig, string | boolean][]) {
-    if (v !== undefined) applyOne(cfg, key, v, `--${flagName(key)}`);
+    if (v !== undefined) apply(key, v, `--${flagName(key)}`);
   }
   if (cfg.minTtlMs < 1 || cfg.minTtlMs > cfg.maxTtlMs)
     throw new ConfigError('minTtlMs must be ≥ 1 and ≤ maxTtlMs');
@@ -357,6 +369,10 @@ export function resolveConfig(sources: ConfigSources): Readonly<ServeConfig> {
     throw new ConfigError('storeResetTimeoutMs must lie between 100 and 3600000');
   if (cfg.sessionTtlMs < 300 || cfg.sessionTtlMs > 600_000)
     throw new ConfigError('sessionTtlMs must lie between 300 and 600000');
+  // A Redis that may lose its state loses a hold's entry too: holds only when asked for there.
+  if (cfg.allowVolatileRedis && !given.has('admissionHoldMs')) cfg.admissionHoldMs = 0;
+  if (cfg.admissionHoldMs < 0 || cfg.admissionHoldMs > 1_000)
+    throw new ConfigError('admissionHoldMs must lie between 0 and 1000');
   checkTlsSettings(cfg);
   return deepFreeze(cfg);
 }

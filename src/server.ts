@@ -268,6 +268,7 @@ export async function buildDataPlane(
     accessLog: config.accessLog,
     storeBreaker: { timeoutMs: config.storeTimeoutMs, resetTimeoutMs: config.storeResetTimeoutMs },
     session: { ttlMs: config.sessionTtlMs },
+    admissionHoldMs: config.admissionHoldMs,
     breakers,
     sequencerKeys: core.sequencerKeys,
     tls: core.tls.data,

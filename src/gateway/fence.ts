@@ -13,6 +13,7 @@ import type { FencingToken } from '../tokens.js';
 import type { GatewayRequestState } from './context.js';
 import { awaitDrain, type DrainOutcome } from './drain.js';
 import type { Exchange } from './exchange.js';
+import { AdmissionHolds, type Hold } from './admission-hold.js';
 import { InflightEntry } from './inflight.js';
 import type { SessionObserver } from './observer.js';
 import { sessionLapsed, type GatewaySessions, type SessionLease } from './session.js';
@@ -34,6 +35,8 @@ export interface FenceOptions {
   events: EventLog;
   /** Verifies `Fencing-Sequencer` on `check: sequencer` routes; null: no keys, every sequencer refused. */
   sequencers: SequencerVerifier | null;
+  /** How long one admission serves the same token's next writes on a lock (0: never). */
+  admissionHoldMs: number;
 }
 
 /**
@@ -52,6 +55,8 @@ export function fenceStep(opts: FenceOptions): FenceStep {
   const record = refusalRecorder(metrics, events);
   // Per process: what the store has already told this gateway is stale, per lock.
   const cache = new StaleCache();
+  // Per process: admissions whose in-flight entry the same token's next writes may share.
+  const holds = new AdmissionHolds(opts.admissionHoldMs);
 
   /** Waits at the drain barrier: null when cleared, else the 503 to answer with. */
   async function passBarrier(
@@ -142,6 +147,8 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     let clientGone = false;
     let gone: AbortController | null = null;
     const entries: InflightEntry[] = [];
+    // Holds of the store's own admissions, opened to the same token's next writes once cleared.
+    const fresh: Hold[] = [];
     ex.res.once('close', () => {
       clientGone = true;
       gone?.abort();
@@ -161,10 +168,11 @@ export function fenceStep(opts: FenceOptions): FenceStep {
         record: recording,
         raw: ex.req,
         requestId: ex.id,
-        session: lease?.id ?? '',
+        lease,
         guard,
         sequencers,
         cache,
+        holds,
         noSession: recording && lease === null,
       });
       if (!verdict.ok) {
@@ -184,7 +192,19 @@ export function fenceStep(opts: FenceOptions): FenceStep {
       }
       admitted.push(verdict);
       if (recording && lease !== null) {
-        const entry = new InflightEntry(lease, () => void guard.finish(lock, ex.id));
+        let hold = verdict.hold;
+        if (hold === null) {
+          hold = holds.admitted(
+            lock,
+            verdict.token,
+            lease,
+            verdict.highest,
+            () => void guard.finish(lock, ex.id),
+          );
+          fresh.push(hold);
+        }
+        const joined = hold;
+        const entry = new InflightEntry(lease, () => holds.leave(joined));
         if (clientGone) entry.clientClosed(); // finished: it will not be forwarded
         entries.push(entry);
       }
@@ -236,7 +256,10 @@ export function fenceStep(opts: FenceOptions): FenceStep {
         return refuse(ex, barrier.problem);
       }
     }
-    metrics.fenceOf(route.name).admitted.n += 1;
+    const tallies = metrics.fenceOf(route.name);
+    tallies.admitted.n += 1;
+    if (fresh.length < entries.length) tallies.held.n += 1;
+    if (fencing.check !== 'lease') for (const hold of fresh) holds.open(hold);
     state.fence = { mode: 'admitted', lock: first.lock, locks, token, entries };
     return false;
   };

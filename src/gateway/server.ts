@@ -17,6 +17,7 @@ import { deferContinue } from '../http/continue.js';
 import { httpsOption, type CaBundle, type ListenerTls } from '../http/tls.js';
 import { DataPlane, installDataPlane } from './data-plane.js';
 import { fenceStep } from './fence.js';
+import { ADMISSION_HOLD_MS } from './admission-hold.js';
 import { SessionObserver } from './observer.js';
 import { GatewaySessions, type SessionSettings } from './session.js';
 import {
@@ -49,6 +50,8 @@ export interface GatewayOptions {
   storeBreaker?: StoreGuardOptions;
   /** This process's gateway session (docs/adr/0005-gateway-sessions.md). */
   session?: SessionSettings;
+  /** How long one store admission serves the same token's next writes (docs/adr/0016-admission-holds.md). Default 25; 0: off. */
+  admissionHoldMs?: number;
   /** Where the store's and the upstreams' circuit breakers are listed (GET /v1/status). */
   breakers?: BreakerBoard;
   /** The issuer's sequencer keys (`check: sequencer` routes); null or absent: every sequencer is refused. */
@@ -124,6 +127,7 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
     metrics: opts.metrics,
     events: opts.events,
     sequencers,
+    admissionHoldMs: opts.admissionHoldMs ?? ADMISSION_HOLD_MS,
   });
   const env = {
     log: app.log,

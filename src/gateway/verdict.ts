@@ -15,11 +15,21 @@ import type { FencingToken } from '../tokens.js';
 import type { SequencerVerifier } from '../sequencer/index.js';
 import type { AdmitCheck } from '../store/types.js';
 import { FENCING_TOKEN, rawHeaderValues, readFencingSequencer, readFencingToken } from './headers.js';
+import type { AdmissionHolds, Hold } from './admission-hold.js';
+import type { SessionLease } from './session.js';
 import type { StaleCache } from './stale-cache.js';
 import type { StoreGuard } from './store-guard.js';
 
 export type Verdict =
-  | { ok: true; lock: string; token: FencingToken; highest: FencingToken; lowerInflight: number }
+  | {
+      ok: true;
+      lock: string;
+      token: FencingToken;
+      highest: FencingToken;
+      lowerInflight: number;
+      /** The admission hold this write joined (no store call), or null: the store admitted it. */
+      hold: Hold | null;
+    }
   | {
       ok: false;
       problem: ProblemError;
@@ -37,8 +47,8 @@ export interface VerdictInput {
   record: boolean;
   raw: IncomingMessage;
   requestId: string;
-  /** The gateway session the in-flight entry will belong to ('' in shadow mode: nothing is recorded). */
-  session: string;
+  /** The gateway session the in-flight entry will belong to (null in shadow mode: nothing is recorded). */
+  lease: SessionLease | null;
   /** True when the write would be recorded but this process has no valid session: 503, store untouched. */
   noSession: boolean;
   guard: StoreGuard;
@@ -46,6 +56,8 @@ export interface VerdictInput {
   sequencers: SequencerVerifier | null;
   /** What this gateway already knows is stale (stale-cache.ts); consulted before the store. */
   cache: StaleCache;
+  /** Admissions of this process that a write of the same token may join (admission-hold.ts). */
+  holds: AdmissionHolds;
 }
 
 type Presented = { ok: true; token: FencingToken } | { ok: false; verdict: Verdict };
@@ -72,6 +84,12 @@ export async function decide(input: VerdictInput): Promise<Verdict> {
     );
     return { ok: false, problem, reason: 'unavailable', lock, token, highest: null };
   }
+  // The same token as an admission of this process whose entry still counts: admitted
+  // without asking (a `lease` check wants the store to judge liveness every time).
+  if (input.record && input.lease !== null && check === 'token') {
+    const hold = input.holds.join(lock, token, input.lease);
+    if (hold !== null) return { ok: true, lock, token, highest: hold.highest, lowerInflight: 0, hold };
+  }
   let result;
   try {
     result = await guard.admit({
@@ -79,7 +97,7 @@ export async function decide(input: VerdictInput): Promise<Verdict> {
       token,
       check,
       requestId: input.requestId,
-      session: input.session,
+      session: input.lease?.id ?? '',
       record: input.record,
     });
   } catch (err) {
@@ -94,7 +112,14 @@ export async function decide(input: VerdictInput): Promise<Verdict> {
   }
   input.cache.learn(lock, token, input.record, result);
   if (result.ok)
-    return { ok: true, lock, token, highest: result.highest, lowerInflight: result.lowerInflight };
+    return {
+      ok: true,
+      lock,
+      token,
+      highest: result.highest,
+      lowerInflight: result.lowerInflight,
+      hold: null,
+    };
   const { highest } = result;
   switch (result.reason) {
     case 'stale':

@@ -194,6 +194,8 @@ class TalliedHistogram<L extends string> extends Histogram<L> {
 export interface FenceTallies {
   readonly admitted: Tally;
   readonly drainTimeouts: Tally;
+  /** Admitted writes that joined an admission hold (no store round trip). */
+  readonly held: Tally;
 }
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
@@ -225,6 +227,12 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
     labelNames: ['route'] as const,
     registers,
   });
+  const held = new TalliedCounter({
+    name: 'fencegate_held_admissions_total',
+    help: 'Admitted writes that joined an earlier admission of the same token on this process (admission hold: no store round trip)',
+    labelNames: ['route'] as const,
+    registers,
+  });
   const upstreamTimings = new Map<string, (HistogramCell | undefined)[]>();
   const routeRequests = new Map<string, readonly Tally[]>();
   const fenceTallies = new Map<string, FenceTallies>();
@@ -244,6 +252,8 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
     admittedWrites: admitted.counter,
     /** Published from tallies (fenceOf(route).drainTimeouts). */
     drainTimeouts: drainTimeouts.counter,
+    /** Published from tallies (fenceOf(route).held). */
+    heldAdmissions: held.counter,
     fencedWrites: new Counter({
       name: 'fencegate_fenced_writes_total',
       help: 'Writes refused (or, in shadow mode, that would have been refused) by the fence',
@@ -391,7 +401,11 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
     fenceOf(route: string): FenceTallies {
       let t = fenceTallies.get(route);
       if (t === undefined) {
-        t = { admitted: admitted.tally({ route }), drainTimeouts: drainTimeouts.tally({ route }) };
+        t = {
+          admitted: admitted.tally({ route }),
+          drainTimeouts: drainTimeouts.tally({ route }),
+          held: held.tally({ route }),
+        };
         fenceTallies.set(route, t);
       }
       return t;

@@ -2,16 +2,25 @@
  * Wraps a real Store to inject failures and observe calls: `down = true` makes every
  * call throw StoreUnavailableError (as a store whose backend is unreachable does),
  * `failing` only the calls named in it;
- * `finishes` counts finish() calls per request id (exactly-once checks).
+ * `finishes` counts finish() calls per request id (exactly-once checks); `entries` lists
+ * the request ids whose admission recorded an in-flight entry.
  */
 import { StoreUnavailableError } from '../../src/errors.js';
-import type { Store } from '../../src/store/types.js';
+import type { AdmitRequest, AdmitResult, Store } from '../../src/store/types.js';
 
 export interface FaultyStore extends Store {
   down: boolean;
   /** Added to every call, to simulate a slow store. */
   delayMs: number;
   readonly finishes: Map<string, number>;
+  /** Request ids of admissions that recorded an entry (admitted with `record`), in answer order. */
+  readonly entries: string[];
+  /**
+   * Resolves once every entry recorded so far has had a finish() call (an entry shared by
+   * an admission hold is finished when the hold closes, after its last write); rejects
+   * after 5 s.
+   */
+  entriesFinished(): Promise<void>;
   readonly calls: string[];
   /** Operations (method names) that throw StoreUnavailableError while listed, as `down` does for all. */
   readonly failing: Set<string>;
@@ -20,13 +29,24 @@ export interface FaultyStore extends Store {
 export function faultyStore(inner: Store): FaultyStore {
   const finishes = new Map<string, number>();
   const calls: string[] = [];
+  const entries: string[] = [];
   const failing = new Set<string>();
   const control = { down: false, delayMs: 0 };
+  const entriesFinished = async () => {
+    const end = Date.now() + 5000;
+    while (!entries.every((id) => finishes.has(id))) {
+      if (Date.now() > end)
+        throw new Error(`entries never finished: ${entries.filter((id) => !finishes.has(id)).join(', ')}`);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  };
   const proxy = new Proxy(inner, {
     get(target, prop, receiver) {
       if (prop === 'down' || prop === 'delayMs') return control[prop];
       if (prop === 'finishes') return finishes;
       if (prop === 'calls') return calls;
+      if (prop === 'entries') return entries;
+      if (prop === 'entriesFinished') return entriesFinished;
       if (prop === 'failing') return failing;
       const value: unknown = Reflect.get(target, prop, receiver);
       if (typeof value !== 'function' || prop === 'close')
@@ -37,7 +57,11 @@ export function faultyStore(inner: Store): FaultyStore {
         if (control.delayMs > 0) await new Promise((r) => setTimeout(r, control.delayMs));
         if (control.down || failing.has(String(prop)))
           throw new StoreUnavailableError(`injected: store down (${String(prop)})`);
-        return (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+        const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+        const admission = args[0] as AdmitRequest;
+        if (prop === 'admit' && admission.record && (result as AdmitResult).ok)
+          entries.push(admission.requestId);
+        return result;
       };
     },
     set(_target, prop, value) {

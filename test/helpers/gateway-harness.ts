@@ -104,6 +104,8 @@ export async function startGateway(opts: {
   logger?: FastifyBaseLogger;
   accessLog?: number;
   sequencerKeys?: KeyRing | null;
+  /** Default: the gateway's (ADMISSION_HOLD_MS). */
+  admissionHoldMs?: number;
 }): Promise<TestGateway> {
   const dir = await mkdtemp(join(tmpdir(), 'fg-gw-'));
   const file = join(dir, 'policy.yaml');
@@ -126,6 +128,7 @@ export async function startGateway(opts: {
     storeBreaker: opts.storeBreaker,
     session: opts.session,
     sequencerKeys: opts.sequencerKeys,
+    admissionHoldMs: opts.admissionHoldMs,
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const port = (app.server.address() as AddressInfo).port;

@@ -126,6 +126,7 @@ describe.each(GATEWAY_STORES)('upstream failures on $name store', (factory) => {
     expect(res.status).toBe(502);
     expect(res.body).toMatchObject({ type: 'urn:fencegate:upstream-unavailable', upstream: 'orders' });
     expect((await call(gw, 'GET', '/orders/1')).status).toBe(502);
+    await store.entriesFinished();
     expect([...store.finishes.values()]).toEqual([1]);
     const seconds = await gw.metrics.upstreamRequestSeconds.get();
     expect(seconds.values.some((v) => v.labels.status_class === 'error')).toBe(true);
@@ -138,6 +139,7 @@ describe.each(GATEWAY_STORES)('upstream failures on $name store', (factory) => {
     const res = await call(gw, 'PUT', '/orders/2', { 'fencing-token': String(lease.token) });
     expect(res.status).toBe(504);
     expect(res.body.type).toBe('urn:fencegate:upstream-timeout');
+    await store.entriesFinished();
     expect([...store.finishes.values()]).toEqual([1]);
   });
 

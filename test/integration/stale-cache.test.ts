@@ -12,6 +12,8 @@ import type { IncomingMessage } from 'node:http';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { CompiledRoute, FencingSettings } from '../../src/policy/index.js';
 import { createMetrics } from '../../src/observe/metrics.js';
+import { AdmissionHolds } from '../../src/gateway/admission-hold.js';
+import { SessionLease } from '../../src/gateway/session.js';
 import { StaleCache } from '../../src/gateway/stale-cache.js';
 import { StoreGuard } from '../../src/gateway/store-guard.js';
 import { decide } from '../../src/gateway/verdict.js';
@@ -32,6 +34,10 @@ afterAll(closeSharedStores);
 
 const LOCKS = 3;
 const quiet = { warn: () => undefined };
+// The cache alone: every write asks the store (holds are tested in admission-hold tests).
+const noHolds = new AdmissionHolds(0);
+const propLease = new SessionLease('prop-session');
+propLease.validUntil = Infinity;
 
 type Op =
   | { op: 'grant'; lock: number; hold: boolean }
@@ -153,11 +159,12 @@ describe.each(GATEWAY_STORES)('stale-write cache on the $name store', (factory) 
               record: o.record,
               raw: headers(token),
               requestId,
-              session: 'prop-session',
+              lease: propLease,
               noSession: false,
               guard,
               sequencers: null,
               cache,
+              holds: noHolds,
             });
             if (fromCache) {
               cachedRefusals += 1;
@@ -236,6 +243,11 @@ describe.each(GATEWAY_STORES.filter((f) => f.name === 'redis' || f.name === 'emb
         token: String(a.token),
         highest: String(b.token),
       });
+      // b's entry is finished once its admission hold closes (docs/adr/0016-admission-holds.md).
+      const start = Date.now();
+      while (calls.finish < calls.admit && Date.now() - start < 5000)
+        await new Promise((r) => setTimeout(r, 5));
+      expect(calls).toEqual({ admit: 1, finish: 1 });
       const before = { ...calls };
       const N = 200;
       for (let i = 0; i < N; i++) {

@@ -124,6 +124,17 @@ describe('config', () => {
     expect(() => resolveConfig({ flags: { sessionTtlMs: '100' } })).toThrow(/sessionTtlMs/);
   });
 
+  it('admission holds: 25 ms by default, bounded, off on a volatile Redis unless asked for', () => {
+    expect(resolveConfig({}).admissionHoldMs).toBe(25);
+    expect(resolveConfig({ flags: { admissionHoldMs: '0' } }).admissionHoldMs).toBe(0);
+    expect(resolveConfig({ env: { FENCEGATE_ADMISSION_HOLD_MS: '100' } }).admissionHoldMs).toBe(100);
+    expect(() => resolveConfig({ flags: { admissionHoldMs: '1001' } })).toThrow(/admissionHoldMs/);
+    expect(() => resolveConfig({ flags: { admissionHoldMs: '-1' } })).toThrow(/admission-hold-ms/);
+    expect(resolveConfig({ flags: { allowVolatileRedis: true } }).admissionHoldMs).toBe(0);
+    const asked = { allowVolatileRedis: true, admissionHoldMs: '10' };
+    expect(resolveConfig({ flags: asked }).admissionHoldMs).toBe(10);
+  });
+
   it('names the variable or flag of a bad value', () => {
     expect(() => resolveConfig({ env: { FENCEGATE_CONTROL: 'x' } })).toThrow(/environment FENCEGATE_CONTROL/);
     expect(() => resolveConfig({ flags: { allowVolatileRedis: 'maybe' } })).toThrow(/--allow-volatile-redis/);

@@ -1,0 +1,149 @@
+/**
+ * Admission holds: one store admission serves a lock holder's next writes with the same
+ * token, on this process, for a short while (docs/adr/0016-admission-holds.md).
+ *
+ * A recorded admission leaves an in-flight entry in the store, and while that entry lives
+ * no higher token's write leaves any gateway (the drain barrier), nothing lower is
+ * admitted (the fence), and an equal token never waits. So as long as the entry lives, a
+ * further write with the same token on the same lock would be admitted by the store and
+ * would clear the barrier at once: the store round trip teaches nothing. A hold keeps the
+ * entry open after the write that made it, and lets such writes join it without asking:
+ *
+ * - it opens only after its own write cleared the barrier, under a session lease that is
+ *   still valid, and only for `check: token` and `check: sequencer` routes (a `lease`
+ *   route wants the lease's liveness judged by the store for every write);
+ * - a write joins only with the same token and the same, still valid, session lease,
+ *   and only within `holdMs` of the admission that opened it;
+ * - the store entry is finished when the hold is closed and its last write is over:
+ *   `holdMs` after it opened, at once when a write with another token (or under another
+ *   session) comes for its lock, and when the session lapses (its entries stop counting
+ *   anyway, and nothing joins an invalid lease).
+ *
+ * A joined write is therefore exactly a write the store admitted up to `holdMs` earlier
+ * and that waited in this process before being forwarded, with its entry counting all
+ * the while, which the barrier already allows for any write (a full upstream pool, a
+ * slow upload). What it changes: a higher token admitted meanwhile waits at the barrier
+ * up to `holdMs` (plus the joined writes' own time at the upstream) instead of only for
+ * the writes in flight when it came, and the holder's writes in that time are applied
+ * before it, as if they had arrived that much earlier.
+ */
+import type { FencingToken } from '../tokens.js';
+import type { SessionLease } from './session.js';
+
+/** The default hold, in ms: long enough to span a busy holder's next writes, short next to a lock handover. */
+export const ADMISSION_HOLD_MS = 25;
+
+/** One store admission's in-flight entry, shared by the writes that joined it. */
+export interface Hold {
+  readonly lock: string;
+  readonly token: FencingToken;
+  readonly lease: SessionLease;
+  /** The store's highest after the admission (the verdict of a write that joins). */
+  readonly highest: FencingToken;
+}
+
+interface HoldState extends Hold {
+  /** Finishes the store entry; called once, when the hold is closed and has no writes. */
+  readonly finish: () => void;
+  /** Writes using the entry (the admitting one included) not yet over. */
+  users: number;
+  /** In `byLock`: writes may join. */
+  open: boolean;
+  /** No longer joinable: the entry is finished once `users` is 0. */
+  closed: boolean;
+  /** performance.now() from which nothing joins (the timer that closes it may run late). */
+  until: number;
+}
+
+export class AdmissionHolds {
+  private readonly byLock = new Map<string, HoldState>();
+
+  /** `holdMs` 0: every write asks the store, and its entry is finished when it is over. */
+  constructor(readonly holdMs: number) {
+    if (!Number.isInteger(holdMs) || holdMs < 0) throw new RangeError('holdMs must be an integer ≥ 0');
+  }
+
+  /** Open holds (for tests and status). */
+  get size(): number {
+    return this.byLock.size;
+  }
+
+  /**
+   * The hold a write of `token` on `lock` under `lease` may join (counted as one more
+   * user), or null: ask the store. A hold that such a write cannot join (another token,
+   * another session, a lapsed lease) is closed, so that its entry does not hold back
+   * what comes next.
+   */
+  join(lock: string, token: FencingToken, lease: SessionLease): Hold | null {
+    const hold = this.byLock.get(lock);
+    if (hold === undefined) return null;
+    if (hold.token !== token || hold.lease !== lease || !lease.valid || performance.now() >= hold.until) {
+      this.close(hold);
+      return null;
+    }
+    hold.users += 1;
+    return hold;
+  }
+
+  /**
+   * A write the store admitted (recording an entry finished by `finish`): its hold, not
+   * yet open to others. `leave` it when the write is over; `open` it once it cleared the
+   * barrier to let the same token's next writes join.
+   */
+  admitted(
+    lock: string,
+    token: FencingToken,
+    lease: SessionLease,
+    highest: FencingToken,
+    finish: () => void,
+  ): Hold {
+    const hold: HoldState = {
+      lock,
+      token,
+      lease,
+      highest,
+      finish,
+      users: 1,
+      open: false,
+      closed: false,
+      until: 0,
+    };
+    return hold;
+  }
+
+  /** Lets writes join `hold` for `holdMs` (a no-op when holds are off or the lock already has one). */
+  open(h: Hold): void {
+    const hold = h as HoldState;
+    if (this.holdMs === 0 || hold.open || hold.closed || !hold.lease.valid) return;
+    const current = this.byLock.get(hold.lock);
+    if (current !== undefined) {
+      // Another write of this process opened one first (same token: keep it; else it is superseded).
+      if (current.token === hold.token && current.lease === hold.lease) return;
+      this.close(current);
+    }
+    hold.open = true;
+    hold.until = performance.now() + this.holdMs;
+    this.byLock.set(hold.lock, hold);
+    setTimeout(() => this.close(hold), this.holdMs).unref();
+  }
+
+  /** A write using `hold` is over: the entry is finished when it was the last and the hold is closed (or never opened). */
+  leave(h: Hold): void {
+    const hold = h as HoldState;
+    hold.users -= 1;
+    if (hold.users === 0 && (hold.closed || !hold.open)) this.finish(hold);
+  }
+
+  private close(hold: HoldState): void {
+    if (hold.closed) return;
+    hold.closed = true;
+    if (this.byLock.get(hold.lock) === hold) this.byLock.delete(hold.lock);
+    if (hold.users === 0) this.finish(hold);
+  }
+
+  private finish(hold: HoldState): void {
+    hold.closed = true;
+    hold.users = -1; // finished: a late leave() cannot finish twice
+    hold.finish();
+  }
+}

@@ -1,0 +1,160 @@
+/**
+ * AdmissionHolds (src/gateway/admission-hold.ts): who may join a hold, and that its store
+ * entry is finished exactly once, only when it is closed and its last write is over.
+ */
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { AdmissionHolds, type Hold } from '../../src/gateway/admission-hold.js';
+import { SessionLease } from '../../src/gateway/session.js';
+
+function lease(id = 's1'): SessionLease {
+  const l = new SessionLease(id);
+  l.validUntil = Infinity;
+  return l;
+}
+
+describe('admission holds', () => {
+  let finished: string[];
+  let holds: AdmissionHolds;
+  let s1: SessionLease;
+
+  beforeEach(() => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'performance'] });
+    finished = [];
+    holds = new AdmissionHolds(25);
+    s1 = lease();
+  });
+  afterEach(() => {
+    vi.restoreAllMocks();
+    vi.useRealTimers();
+  });
+
+  const admit = (lock: string, token: bigint, l = s1, id = `${lock}@${token}`): Hold =>
+    holds.admitted(lock, token, l, token, () => finished.push(id));
+
+  it('lets the same token join an open hold, and finishes the entry once, after it closes and its last write', () => {
+    const first = admit('a', 5n);
+    expect(holds.join('a', 5n, s1)).toBeNull(); // not open before its write cleared the barrier
+    holds.open(first);
+    const second = holds.join('a', 5n, s1);
+    expect(second).toBe(first);
+    expect(second?.highest).toBe(5n);
+    holds.leave(first);
+    holds.leave(first);
+    expect(finished).toEqual([]); // still open: the next write may join
+    const third = holds.join('a', 5n, s1)!;
+    vi.advanceTimersByTime(25);
+    expect(holds.join('a', 5n, s1)).toBeNull(); // closed at holdMs
+    expect(finished).toEqual([]); // third is still at the upstream
+    holds.leave(third);
+    expect(finished).toEqual(['a@5']);
+    expect(holds.size).toBe(0);
+  });
+
+  it('finishes an idle hold when its time is up', () => {
+    const h = admit('a', 5n);
+    holds.open(h);
+    holds.leave(h);
+    vi.advanceTimersByTime(24);
+    expect(finished).toEqual([]);
+    vi.advanceTimersByTime(1);
+    expect(finished).toEqual(['a@5']);
+  });
+
+  it('nothing joins once holdMs passed, even before the closing timer ran', () => {
+    const h = admit('a', 5n);
+    holds.open(h);
+    // The clock is past holdMs but the timer that closes the hold has not run (a busy loop).
+    const at = performance.now();
+    vi.spyOn(performance, 'now').mockReturnValue(at + 25);
+    expect(holds.join('a', 5n, s1)).toBeNull();
+    holds.leave(h);
+    expect(finished).toEqual(['a@5']);
+  });
+
+  it('another token closes the hold: its entry is finished as soon as its writes are over', () => {
+    const h = admit('a', 5n);
+    holds.open(h);
+    expect(holds.join('a', 6n, s1)).toBeNull();
+    expect(finished).toEqual([]); // h's own write is still in flight
+    expect(holds.join('a', 5n, s1)).toBeNull(); // closed for good
+    holds.leave(h);
+    expect(finished).toEqual(['a@5']);
+  });
+
+  it('an idle hold is finished at once when another token comes', () => {
+    const h = admit('a', 5n);
+    holds.open(h);
+    holds.leave(h);
+    expect(holds.join('a', 6n, s1)).toBeNull();
+    expect(finished).toEqual(['a@5']);
+    vi.advanceTimersByTime(100);
+    expect(finished).toEqual(['a@5']); // exactly once
+  });
+
+  it('a newer admission of another token supersedes the open hold', () => {
+    const old = admit('a', 5n);
+    holds.open(old);
+    holds.leave(old);
+    const newer = admit('a', 6n);
+    holds.open(newer);
+    expect(finished).toEqual(['a@5']);
+    expect(holds.join('a', 6n, s1)).toBe(newer);
+  });
+
+  it('a second admission of the same token keeps the first hold and finishes its own entry when done', () => {
+    const first = admit('a', 5n, s1, 'r1');
+    const second = admit('a', 5n, s1, 'r2');
+    holds.open(first);
+    holds.open(second);
+    expect(holds.join('a', 5n, s1)).toBe(first);
+    holds.leave(second);
+    expect(finished).toEqual(['r2']);
+  });
+
+  it('nothing joins under a lapsed or another session, and the hold is closed', () => {
+    const h = admit('a', 5n);
+    holds.open(h);
+    expect(holds.join('a', 5n, lease('s2'))).toBeNull();
+    holds.leave(h);
+    expect(finished).toEqual(['a@5']);
+
+    const k = admit('b', 7n);
+    holds.open(k);
+    s1.validUntil = -Infinity;
+    expect(holds.join('b', 7n, s1)).toBeNull();
+    holds.leave(k);
+    expect(finished).toEqual(['a@5', 'b@7']);
+  });
+
+  it('does not open under a lapsed lease, nor when holds are off', () => {
+    const off = new AdmissionHolds(0);
+    const h = off.admitted('a', 5n, s1, 5n, () => finished.push('off'));
+    off.open(h);
+    expect(off.join('a', 5n, s1)).toBeNull();
+    off.leave(h);
+    expect(finished).toEqual(['off']);
+
+    const lapsed = lease('s3');
+    lapsed.validUntil = -Infinity;
+    const k = admit('b', 7n, lapsed);
+    holds.open(k);
+    expect(holds.size).toBe(0);
+    holds.leave(k);
+    expect(finished).toEqual(['off', 'b@7']);
+  });
+
+  it('holds of different locks are independent', () => {
+    const a = admit('a', 5n);
+    const b = admit('b', 5n);
+    holds.open(a);
+    holds.open(b);
+    expect(holds.join('a', 5n, s1)).toBe(a);
+    expect(holds.join('b', 5n, s1)).toBe(b);
+    expect(holds.size).toBe(2);
+  });
+
+  it('rejects a negative or fractional holdMs', () => {
+    expect(() => new AdmissionHolds(-1)).toThrow(RangeError);
+    expect(() => new AdmissionHolds(1.5)).toThrow(RangeError);
+  });
+});
