@@ -50,7 +50,7 @@ serve options (environment variable in brackets):
   --session-ttl-ms N                   how long other gateways wait on this one's silent session before dropping
                                        its in-flight writes at the drain barrier [FENCEGATE_SESSION_TTL_MS] (default 6000)
   --admission-hold-ms N                how long one store admission serves the same token's next writes on a lock
-                                       in this process; 0: every write asks the store [FENCEGATE_ADMISSION_HOLD_MS] (default 25)
+                                       in this process; 0: every write asks the store [FENCEGATE_ADMISSION_HOLD_MS] (default 50)
   --sequencer-keys FILE                sequencer key file, the same for every process on the store
                                        [FENCEGATE_SEQUENCER_KEYS] (default: <dir>/sequencer-keys.json on the
                                        embedded store, none on Postgres/Redis)

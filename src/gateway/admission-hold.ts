@@ -31,7 +31,18 @@ import type { FencingToken } from '../tokens.js';
 import type { SessionLease } from './session.js';
 
 /** The default hold, in ms: long enough to span a busy holder's next writes, short next to a lock handover. */
-export const ADMISSION_HOLD_MS = 25;
+export const ADMISSION_HOLD_MS = 50;
+
+/**
+ * A fresh store admission of `token` on `lock` under `lease`, made in the background to
+ * renew a busy hold: the store's highest and how to finish the new entry, or null when the
+ * store did not admit it (or had lower-token writes in flight), or failed.
+ */
+export type Renew = (
+  lock: string,
+  token: FencingToken,
+  lease: SessionLease,
+) => Promise<{ highest: FencingToken; finish: () => void } | null>;
 
 /** One store admission's in-flight entry, shared by the writes that joined it. */
 export interface Hold {
@@ -53,13 +64,26 @@ interface HoldState extends Hold {
   closed: boolean;
   /** performance.now() from which nothing joins (the timer that closes it may run late). */
   until: number;
+  /** A renewal of this hold is under way (or was made). */
+  renewing: boolean;
+  /** Closed because another token or session came for the lock. */
+  superseded: boolean;
 }
 
 export class AdmissionHolds {
   private readonly byLock = new Map<string, HoldState>();
 
-  /** `holdMs` 0: every write asks the store, and its entry is finished when it is over. */
-  constructor(readonly holdMs: number) {
+  /**
+   * `holdMs` 0: every write asks the store, and its entry is finished when it is over.
+   * With `renew`, a hold that a write joins in the second half of its time is renewed in
+   * the background by a fresh admission, which replaces it when the store admits it: a
+   * lock written to steadily keeps a hold (each at most `holdMs` old) without its writes
+   * waiting for the store.
+   */
+  constructor(
+    readonly holdMs: number,
+    private readonly renew: Renew | null = null,
+  ) {
     if (!Number.isInteger(holdMs) || holdMs < 0) throw new RangeError('holdMs must be an integer ≥ 0');
   }
 
@@ -77,11 +101,18 @@ export class AdmissionHolds {
   join(lock: string, token: FencingToken, lease: SessionLease): Hold | null {
     const hold = this.byLock.get(lock);
     if (hold === undefined) return null;
-    if (hold.token !== token || hold.lease !== lease || !lease.valid || performance.now() >= hold.until) {
-      this.close(hold);
+    if (hold.token !== token || hold.lease !== lease || !lease.valid) {
+      this.close(hold, true);
+      return null;
+    }
+    const now = performance.now();
+    if (now >= hold.until) {
+      this.close(hold, false);
       return null;
     }
     hold.users += 1;
+    if (this.renew !== null && !hold.renewing && now >= hold.until - this.holdMs / 2)
+      this.renewInBackground(hold, this.renew);
     return hold;
   }
 
@@ -107,6 +138,8 @@ export class AdmissionHolds {
       open: false,
       closed: false,
       until: 0,
+      renewing: false,
+      superseded: false,
     };
     return hold;
   }
@@ -119,12 +152,9 @@ export class AdmissionHolds {
     if (current !== undefined) {
       // Another write of this process opened one first (same token: keep it; else it is superseded).
       if (current.token === hold.token && current.lease === hold.lease) return;
-      this.close(current);
+      this.close(current, true);
     }
-    hold.open = true;
-    hold.until = performance.now() + this.holdMs;
-    this.byLock.set(hold.lock, hold);
-    setTimeout(() => this.close(hold), this.holdMs).unref();
+    this.install(hold);
   }
 
   /** A write using `hold` is over: the entry is finished when it was the last and the hold is closed (or never opened). */
@@ -134,9 +164,40 @@ export class AdmissionHolds {
     if (hold.users === 0 && (hold.closed || !hold.open)) this.finish(hold);
   }
 
-  private close(hold: HoldState): void {
+  private install(hold: HoldState): void {
+    hold.open = true;
+    hold.until = performance.now() + this.holdMs;
+    this.byLock.set(hold.lock, hold);
+    setTimeout(() => this.close(hold, false), this.holdMs).unref();
+  }
+
+  /**
+   * Renews `hold`: the fresh admission replaces it unless it was superseded meanwhile
+   * (another token or session came for the lock: the fresh entry would only hold that
+   * one back) or the lock has another hold by now.
+   */
+  private renewInBackground(hold: HoldState, renew: Renew): void {
+    hold.renewing = true;
+    renew(hold.lock, hold.token, hold.lease).then(
+      (next) => {
+        if (next === null) return;
+        const current = this.byLock.get(hold.lock);
+        if (hold.superseded || !hold.lease.valid || (current !== undefined && current !== hold)) {
+          next.finish();
+          return;
+        }
+        if (current === hold) this.close(hold, false);
+        this.install({ ...hold, ...next, users: 0, closed: false, superseded: false, renewing: false });
+      },
+      () => undefined,
+    );
+  }
+
+  /** No more joins; the entry is finished once its writes are over. `superseded`: another token or session came. */
+  private close(hold: HoldState, superseded: boolean): void {
     if (hold.closed) return;
     hold.closed = true;
+    hold.superseded = superseded;
     if (this.byLock.get(hold.lock) === hold) this.byLock.delete(hold.lock);
     if (hold.users === 0) this.finish(hold);
   }

@@ -55,8 +55,27 @@ export function fenceStep(opts: FenceOptions): FenceStep {
   const record = refusalRecorder(metrics, events);
   // Per process: what the store has already told this gateway is stale, per lock.
   const cache = new StaleCache();
-  // Per process: admissions whose in-flight entry the same token's next writes may share.
-  const holds = new AdmissionHolds(opts.admissionHoldMs);
+  // Per process: admissions whose in-flight entry the same token's next writes may share,
+  // renewed in the background while a lock is written to (admission-hold.ts).
+  let renewals = 0;
+  const holds = new AdmissionHolds(opts.admissionHoldMs, async (lock, token, lease) => {
+    const requestId = `hold-${(renewals += 1)}-${lease.id}`;
+    const admission = { lock, token, check: 'token' as const, requestId, session: lease.id, record: true };
+    let result;
+    try {
+      result = await guard.admit(admission);
+    } catch {
+      return null; // the store is unavailable: the hold ends at its time, writes ask the store again
+    }
+    cache.learn(lock, token, true, result);
+    if (!result.ok) return null;
+    const finish = () => void guard.finish(lock, requestId);
+    if (result.lowerInflight > 0) {
+      finish();
+      return null;
+    }
+    return { highest: result.highest, finish };
+  });
 
   /** Waits at the drain barrier: null when cleared, else the 503 to answer with. */
   async function passBarrier(

@@ -50,7 +50,7 @@ export interface GatewayOptions {
   storeBreaker?: StoreGuardOptions;
   /** This process's gateway session (docs/adr/0005-gateway-sessions.md). */
   session?: SessionSettings;
-  /** How long one store admission serves the same token's next writes (docs/adr/0016-admission-holds.md). Default 25; 0: off. */
+  /** How long one store admission serves the same token's next writes (docs/adr/0016-admission-holds.md). Default 50; 0: off. */
   admissionHoldMs?: number;
   /** Where the store's and the upstreams' circuit breakers are listed (GET /v1/status). */
   breakers?: BreakerBoard;

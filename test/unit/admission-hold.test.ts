@@ -157,4 +157,93 @@ describe('admission holds', () => {
     expect(() => new AdmissionHolds(-1)).toThrow(RangeError);
     expect(() => new AdmissionHolds(1.5)).toThrow(RangeError);
   });
+
+  describe('renewal', () => {
+    type Next = { highest: bigint; finish: () => void } | null;
+    let asked: { lock: string; resolve: (n: Next) => void }[];
+
+    beforeEach(() => {
+      asked = [];
+      holds = new AdmissionHolds(20, (lock) => new Promise<Next>((resolve) => asked.push({ lock, resolve })));
+    });
+    const fresh = (id: string): Next => ({ highest: 5n, finish: () => finished.push(id) });
+    const settle = () => vi.advanceTimersByTimeAsync(0);
+
+    it('a write in the second half renews once; the fresh admission replaces the hold', async () => {
+      const h = admit('a', 5n);
+      holds.open(h);
+      holds.leave(holds.join('a', 5n, s1)!); // first half: no renewal
+      expect(asked).toHaveLength(0);
+      vi.advanceTimersByTime(10);
+      const late = holds.join('a', 5n, s1)!;
+      holds.join('a', 5n, s1);
+      expect(asked).toHaveLength(1); // one renewal at a time
+      asked[0]!.resolve(fresh('renewed'));
+      await settle();
+      const next = holds.join('a', 5n, s1);
+      expect(next).not.toBe(h);
+      holds.leave(next!);
+      holds.leave(late);
+      holds.leave(late);
+      holds.leave(h);
+      expect(finished).toEqual(['a@5']); // the old entry, once its writes were over
+      vi.advanceTimersByTime(19);
+      expect(holds.join('a', 5n, s1)).toBe(next); // the fresh hold runs its own 20 ms
+      holds.leave(next!);
+      vi.advanceTimersByTime(1);
+      expect(finished).toEqual(['a@5', 'renewed']);
+    });
+
+    it('a renewal the store refuses changes nothing: the hold ends at its time', async () => {
+      const h = admit('a', 5n);
+      holds.open(h);
+      vi.advanceTimersByTime(10);
+      holds.leave(holds.join('a', 5n, s1)!);
+      asked[0]!.resolve(null);
+      await settle();
+      holds.leave(h);
+      vi.advanceTimersByTime(10);
+      expect(finished).toEqual(['a@5']);
+      expect(holds.size).toBe(0);
+    });
+
+    it('a renewal that comes back after another token superseded the hold is finished at once', async () => {
+      const h = admit('a', 5n);
+      holds.open(h);
+      vi.advanceTimersByTime(10);
+      holds.leave(holds.join('a', 5n, s1)!);
+      expect(holds.join('a', 6n, s1)).toBeNull(); // supersedes
+      asked[0]!.resolve(fresh('late'));
+      await settle();
+      expect(finished).toEqual(['late']);
+      expect(holds.join('a', 5n, s1)).toBeNull();
+      holds.leave(h);
+      expect(finished).toEqual(['late', 'a@5']);
+    });
+
+    it('a renewal that comes back after the hold ran out opens a fresh hold, unless the lock has one', async () => {
+      const h = admit('a', 5n);
+      holds.open(h);
+      vi.advanceTimersByTime(10);
+      holds.leave(holds.join('a', 5n, s1)!);
+      holds.leave(h);
+      vi.advanceTimersByTime(10);
+      expect(finished).toEqual(['a@5']);
+      asked[0]!.resolve(fresh('r1'));
+      await settle();
+      expect(holds.join('a', 5n, s1)).not.toBeNull();
+
+      const k = admit('b', 7n);
+      holds.open(k);
+      vi.advanceTimersByTime(10);
+      holds.leave(holds.join('b', 7n, s1)!);
+      vi.advanceTimersByTime(10); // k runs out; a write opens another hold for b
+      const other = admit('b', 7n, s1, 'b-other');
+      holds.open(other);
+      asked[1]!.resolve(fresh('r2'));
+      await settle();
+      expect(finished).toContain('r2');
+      expect(holds.join('b', 7n, s1)).toBe(other);
+    });
+  });
 });

@@ -124,8 +124,8 @@ describe('config', () => {
     expect(() => resolveConfig({ flags: { sessionTtlMs: '100' } })).toThrow(/sessionTtlMs/);
   });
 
-  it('admission holds: 25 ms by default, bounded, off on a volatile Redis unless asked for', () => {
-    expect(resolveConfig({}).admissionHoldMs).toBe(25);
+  it('admission holds: 50 ms by default, bounded, off on a volatile Redis unless asked for', () => {
+    expect(resolveConfig({}).admissionHoldMs).toBe(50);
     expect(resolveConfig({ flags: { admissionHoldMs: '0' } }).admissionHoldMs).toBe(0);
     expect(resolveConfig({ env: { FENCEGATE_ADMISSION_HOLD_MS: '100' } }).admissionHoldMs).toBe(100);
     expect(() => resolveConfig({ flags: { admissionHoldMs: '1001' } })).toThrow(/admissionHoldMs/);
