@@ -3,7 +3,8 @@
  * `npm run bench`: side by side in one run, on the same upstream and machine:
  *   direct upstream · bare @fastify/http-proxy · fencegate unfenced route ·
  *   fencegate fenced writes on the embedded, Postgres and Redis stores, on Redis
- *   with `check: sequencer` (signed sequencers verified per write, cached), and on Redis
+ *   with `check: sequencer` (signed sequencers verified per write, cached), on Redis
+ *   with `--admission-hold-ms 0` (every write asks the store, docs/adr/0016), and on Redis
  *   with `serve --workers 2` (every other row runs one process);
  * then latency at half the bare proxy's saturation rate (bare vs fenced on Redis), and
  * the fencegate process's resident memory over a 60 s run; and `kind: postgres` row writes
@@ -493,6 +494,10 @@ Goals:
 - unfenced route ≥ 1.0× → **${ratio(T.unfenced.rps, b.rps)}×**; per round ${perRound(T.unfenced, b)}.
 - the fenced path's gateway + store CPU per write ≤ 1.3× the bare proxy's per request → **${(cpuPair(T.fenced) / cpuPair(b)).toFixed(2)}×**.
 - stale writes refused ≥ 3× admitted fenced writes → **${ratio(T.stale.rps, T.fenced.rps)}×**; per round ${perRound(T.stale, T.fenced)}.
+
+"fenced, holds off" is the same fenced writes through a second process started with
+\`--admission-hold-ms 0\` (every write asks the store, as before admission holds): it runs at
+**${ratio(T['fenced, holds off'].rps, b.rps)}×** the bare proxy; the holds' gain, fenced over holds off, per round ${perRound(T.fenced, T['fenced, holds off'])}.
 `);
   }
   if (r.staleResult && r.redisResult) {
@@ -750,6 +755,7 @@ routes:
   let tokens;
   let redisResult;
   let unfencedRedis;
+  let redisNoHold;
   let staleResult;
   let staleCommands = [];
   let staleTokensForTurns = null;
@@ -788,6 +794,17 @@ routes:
       await cpuOf(redis.child.pid, redisChild.pid, { run: () => run(redis.data, { base: 'open' }) }),
     );
     results.push(unfencedRedis);
+    // The same fenced writes through a process whose every write asks the store (no
+    // admission holds, docs/adr/0016-admission-holds.md): what the holds save, side by side.
+    say(`fencegate fenced, redis, --admission-hold-ms 0 …`);
+    redisNoHold = await fencegate(`redis://127.0.0.1:${redisPort}`, policyDir, ['--admission-hold-ms', '0']);
+    await run(redisNoHold.data, { tokens, seconds: WARMUP });
+    results.push(
+      summarize(
+        'fencegate fenced, redis store, --admission-hold-ms 0 (every write asks the store)',
+        await cpuOf(redisNoHold.child.pid, redisChild.pid, { run: () => run(redisNoHold.data, { tokens }) }),
+      ),
+    );
   }
 
   if (want('stale')) {
@@ -834,6 +851,10 @@ routes:
       { name: 'fenced', measure: on(redis.data, { tokens }, redis.child.pid, redisChild.pid) },
       { name: 'unfenced', measure: on(redis.data, { base: 'open' }, redis.child.pid, redisChild.pid) },
       { name: 'stale', measure: on(redis.data, staleOld, redis.child.pid, redisChild.pid) },
+      {
+        name: 'fenced, holds off',
+        measure: on(redisNoHold.data, { tokens }, redisNoHold.child.pid, redisChild.pid),
+      },
     ]);
   }
 
