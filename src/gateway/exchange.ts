@@ -25,7 +25,7 @@ export class Exchange {
   /** Routed: the matched route and, once the fence ran, its verdict. */
   state: GatewayRequestState | null = null;
   /** What is forwarded as the body: the request stream itself, or bytes the fence read from it. */
-  body: NodeJS.ReadableStream | null;
+  body: NodeJS.ReadableStream | Buffer | null;
   private ownHeaders: Record<string, string> | null = null;
   private logger: FastifyBaseLogger | null = null;
 

@@ -275,13 +275,49 @@ export function fenceStep(opts: FenceOptions): FenceStep {
         return refuse(ex, barrier.problem);
       }
     }
+    if (fencing.check !== 'lease') for (const hold of fresh) holds.open(hold);
+    if (ex.body === ex.req && smallBodyOnItsWay(ex)) {
+      // Read whole before forwarding, as a proxy buffers a small body: the request then
+      // leaves in one write, checked once against the session, instead of through a
+      // per-chunk checking stream (forward-guard.ts). Its entries keep counting meanwhile.
+      const read = await readBoundedBody(ex.req, ex.headers['content-length'], {
+        maxBytes: SMALL_BODY_BYTES,
+        idleMs: route.upload.idleTimeoutMs,
+        totalMs: route.upload.timeoutMs,
+        what: 'a fenced write',
+        // Its entries stop counting once the session lapses: answered at once, never forwarded.
+        stopWhen: (stop) => lease.track(() => stop(sessionLapsed(first.lock))),
+      });
+      if (!read.ok) {
+        finishAll();
+        if (read.problem.code === 'fence-unavailable')
+          record(ex, state, { ...first, reason: 'unavailable' }, true);
+        if (!ex.req.complete) ex.header('connection', 'close');
+        return refuse(ex, read.problem);
+      }
+      ex.body = read.body;
+    }
     const tallies = metrics.fenceOf(route.name);
     tallies.admitted.n += 1;
     if (fresh.length < entries.length) tallies.held.n += 1;
-    if (fencing.check !== 'lease') for (const hold of fresh) holds.open(hold);
     state.fence = { mode: 'admitted', lock: first.lock, locks, token, entries };
     return false;
   };
+}
+
+/** A fenced write's body this small, still arriving, is read whole before it is forwarded. */
+export const SMALL_BODY_BYTES = 64 * 1024;
+
+/**
+ * A body of a known length up to SMALL_BODY_BYTES that has not arrived whole yet, on a
+ * request that does not wait for 100 Continue (whose client sends the body only once the
+ * upstream answered 100: it streams).
+ */
+function smallBodyOnItsWay(ex: Exchange): boolean {
+  const req = ex.req;
+  if (req.complete || req.headers.expect !== undefined) return false;
+  const length = req.headers['content-length'];
+  return length !== undefined && /^[0-9]{1,6}$/.test(length) && Number(length) <= SMALL_BODY_BYTES;
 }
 
 /** Answers the refusal; true: the request was refused. */

@@ -35,8 +35,8 @@ export interface UpstreamRequest {
   method: string;
   path: string;
   headers: Record<string, string | string[]>;
-  /** The client's body stream (null: none). */
-  body: NodeJS.ReadableStream | null;
+  /** The client's body stream, or its bytes when the gateway read it whole (null: none). */
+  body: NodeJS.ReadableStream | Buffer | null;
 }
 
 /**

@@ -13,6 +13,11 @@ export interface BodyLimits {
   totalMs: number;
   /** Says what the limit is for, in the 413's detail ("a row write's body"). */
   what: string;
+  /**
+   * Registers a way to stop the read early with a problem (e.g. the gateway's session
+   * lapsed); returns its unregistration, called when the read ends.
+   */
+  stopWhen?: (stop: (problem: ProblemError) => void) => () => void;
 }
 
 export type BodyRead = { ok: true; body: Buffer } | { ok: false; problem: ProblemError };
@@ -39,9 +44,12 @@ export function readBoundedBody(
     const chunks: Buffer[] = [];
     let size = 0;
     let idle: NodeJS.Timeout;
+    // The registration of `limits.stopWhen`, made below before any listener: finish() ends it.
+    const stop: { unregister?: () => void } = {};
     const finish = (result: BodyRead) => {
       clearTimeout(idle);
       clearTimeout(total);
+      stop.unregister?.();
       stream.off('data', onData);
       stream.off('end', onEnd);
       stream.off('error', onError);
@@ -71,6 +79,7 @@ export function readBoundedBody(
     const onEnd = () => finish({ ok: true, body: Buffer.concat(chunks) });
     const onError = () =>
       finish({ ok: false, problem: new ProblemError('bad-request', 'the request body could not be read') });
+    stop.unregister = limits.stopWhen?.((problem) => finish({ ok: false, problem }));
     armIdle();
     stream.on('data', onData);
     stream.on('end', onEnd);

@@ -70,7 +70,11 @@ function newRun(): Run {
   return { history: new HistoryRecorder(), lock: `doc:${tag}`, id: tag, tag };
 }
 
-/** A PUT whose body of `size` bytes trickles in one byte every `everyMs`; recorded like any write. */
+/**
+ * A PUT whose body of `size` bytes trickles in one byte every `everyMs`; recorded like any
+ * write. Chunked, with no Content-Length: it streams through to the upstream (a small body
+ * of known length would be read whole before forwarding, docs/gateway.md).
+ */
 function slowUpload(
   run: Run,
   data: string,
@@ -96,7 +100,6 @@ function slowUpload(
     const req = httpRequest(url, {
       method: 'PUT',
       headers: {
-        'content-length': String(size),
         'content-type': 'text/plain',
         'fencing-token': token,
         'x-request-id': requestId,

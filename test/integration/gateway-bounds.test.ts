@@ -18,6 +18,7 @@ import {
   type UpstreamHandler,
 } from '../helpers/gateway-harness.js';
 import { MemoryStore } from '../helpers/memory-store.js';
+import { SMALL_BODY_BYTES } from '../../src/gateway/fence.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -70,6 +71,9 @@ function rawRequest(port: number, head: string): { socket: Socket; response: Pro
 
 const ok: UpstreamHandler = (_req, res) => void res.writeHead(200).end('ok');
 
+/** A body length above the small-body read (fence.ts): such a body streams to the upstream. */
+const STREAMED = SMALL_BODY_BYTES + 1;
+
 describe('bounds on forwarded requests', () => {
   let memory: MemoryStore;
   let store: FaultyStore;
@@ -97,7 +101,7 @@ describe('bounds on forwarded requests', () => {
     const a = await mint(store, 'doc:1');
     const { socket, response } = rawRequest(
       gw.port,
-      `PUT /idle/1 HTTP/1.1\r\nhost: x\r\nfencing-token: ${a.token}\r\ncontent-length: 10\r\n\r\nabc`,
+      `PUT /idle/1 HTTP/1.1\r\nhost: x\r\nfencing-token: ${a.token}\r\ncontent-length: ${STREAMED}\r\n\r\nabc`,
     );
     // Wait until the write reached the upstream (its headers), then stall.
     for (let i = 0; i < 100 && upstream.hits.length === 0; i++) await sleep(20);
@@ -126,7 +130,7 @@ describe('bounds on forwarded requests', () => {
     const a = await mint(store, 'doc:2');
     const { socket, response } = rawRequest(
       gw.port,
-      `PUT /slow/2 HTTP/1.1\r\nhost: x\r\nfencing-token: ${a.token}\r\ncontent-length: 100\r\n\r\n`,
+      `PUT /slow/2 HTTP/1.1\r\nhost: x\r\nfencing-token: ${a.token}\r\ncontent-length: ${STREAMED}\r\n\r\n`,
     );
     const trickle = setInterval(() => socket.write('x'), 100); // never idle for 2 s
     const text = await response;
@@ -162,7 +166,7 @@ describe('bounds on forwarded requests', () => {
     const a = await mint(store, 'doc:4');
     const { socket, response } = rawRequest(
       gw.port,
-      `PUT /long/4 HTTP/1.1\r\nhost: x\r\nfencing-token: ${a.token}\r\ncontent-length: 100\r\n\r\nabc`,
+      `PUT /long/4 HTTP/1.1\r\nhost: x\r\nfencing-token: ${a.token}\r\ncontent-length: ${STREAMED}\r\n\r\nabc`,
     );
     for (let i = 0; i < 100 && upstream.hits.at(-1)?.url !== '/long/4'; i++) await sleep(20);
     const hit = upstream.hits.at(-1);
@@ -184,5 +188,61 @@ describe('bounds on forwarded requests', () => {
       after = await send(gw, 'PUT', '/idle/4', { 'fencing-token': String(a.token) }, 'x');
     }
     expect(after.status).toBe(200);
+  });
+
+  describe('a small fenced body still on its way is read whole before forwarding', () => {
+    it('the upstream gets the request in one piece, after its last byte', async () => {
+      const a = await mint(store, 'doc:5');
+      const { socket, response } = rawRequest(
+        gw.port,
+        `PUT /long/5 HTTP/1.1\r\nhost: x\r\nfencing-token: ${a.token}\r\ncontent-length: 10\r\nconnection: close\r\n\r\nabc`,
+      );
+      await sleep(150);
+      expect(upstream.hits.some((h) => h.url === '/long/5')).toBe(false); // not yet: still reading
+      const restSentAt = Date.now();
+      socket.write('defghij');
+      const text = await response;
+      expect(text).toMatch(/^HTTP\/1\.1 200 /);
+      const hit = upstream.hits.find((h) => h.url === '/long/5');
+      expect(hit?.bytes).toBe(10);
+      expect(hit!.receivedAt).toBeGreaterThanOrEqual(restSentAt);
+      expect(memory.inflightCount('doc:5')).toBeLessThanOrEqual(1); // at most an admission hold's entry
+    });
+
+    it('one that stalls past upload.idleTimeoutMs is 408 and never reaches the upstream', async () => {
+      const a = await mint(store, 'doc:6');
+      const { socket, response } = rawRequest(
+        gw.port,
+        `PUT /idle/6 HTTP/1.1\r\nhost: x\r\nfencing-token: ${a.token}\r\ncontent-length: 10\r\n\r\nabc`,
+      );
+      const text = await response;
+      socket.destroy();
+      expect(text).toMatch(/^HTTP\/1\.1 408 /);
+      expect(text).toContain('urn:fencegate:request-timeout');
+      expect(upstream.hits.some((h) => h.url === '/idle/6')).toBe(false);
+      await store.entriesFinished();
+    });
+
+    it('when the session lapses meanwhile: 503 at once, never forwarded', async () => {
+      const a = await mint(store, 'doc:7');
+      const { socket, response } = rawRequest(
+        gw.port,
+        `PUT /long/7 HTTP/1.1\r\nhost: x\r\nfencing-token: ${a.token}\r\ncontent-length: 10\r\n\r\nabc`,
+      );
+      await sleep(100);
+      store.failing.add('beatSession');
+      const text = await response; // long before the route's 10 s idle timeout
+      socket.destroy();
+      expect(text).toMatch(/^HTTP\/1\.1 503 /);
+      expect(text).toContain('lost its session with the fence store');
+      expect(upstream.hits.some((h) => h.url === '/long/7')).toBe(false);
+      store.failing.clear();
+      let after = await send(gw, 'PUT', '/idle/7', { 'fencing-token': String(a.token) }, 'x');
+      for (let i = 0; i < 50 && after.status !== 200; i++) {
+        await sleep(50);
+        after = await send(gw, 'PUT', '/idle/7', { 'fencing-token': String(a.token) }, 'x');
+      }
+      expect(after.status).toBe(200);
+    });
   });
 });
