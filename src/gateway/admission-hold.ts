@@ -66,8 +66,6 @@ interface HoldState extends Hold {
   until: number;
   /** A renewal of this hold is under way (or was made). */
   renewing: boolean;
-  /** Closed because another token or session came for the lock. */
-  superseded: boolean;
 }
 
 export class AdmissionHolds {
@@ -101,13 +99,9 @@ export class AdmissionHolds {
   join(lock: string, token: FencingToken, lease: SessionLease): Hold | null {
     const hold = this.byLock.get(lock);
     if (hold === undefined) return null;
-    if (hold.token !== token || hold.lease !== lease || !lease.valid) {
-      this.close(hold, true);
-      return null;
-    }
     const now = performance.now();
-    if (now >= hold.until) {
-      this.close(hold, false);
+    if (hold.token !== token || hold.lease !== lease || !lease.valid || now >= hold.until) {
+      this.close(hold);
       return null;
     }
     hold.users += 1;
@@ -139,7 +133,6 @@ export class AdmissionHolds {
       closed: false,
       until: 0,
       renewing: false,
-      superseded: false,
     };
     return hold;
   }
@@ -152,7 +145,7 @@ export class AdmissionHolds {
     if (current !== undefined) {
       // Another write of this process opened one first (same token: keep it; else it is superseded).
       if (current.token === hold.token && current.lease === hold.lease) return;
-      this.close(current, true);
+      this.close(current);
     }
     this.install(hold);
   }
@@ -168,36 +161,34 @@ export class AdmissionHolds {
     hold.open = true;
     hold.until = performance.now() + this.holdMs;
     this.byLock.set(hold.lock, hold);
-    setTimeout(() => this.close(hold, false), this.holdMs).unref();
+    setTimeout(() => this.close(hold), this.holdMs).unref();
   }
 
   /**
-   * Renews `hold`: the fresh admission replaces it unless it was superseded meanwhile
-   * (another token or session came for the lock: the fresh entry would only hold that
-   * one back) or the lock has another hold by now.
+   * Renews `hold`: the fresh admission replaces it if it is still the lock's open hold.
+   * Otherwise (it ran out, or another token or session came for the lock, whose write
+   * the fresh entry would only hold back at the barrier) the fresh entry is finished.
    */
   private renewInBackground(hold: HoldState, renew: Renew): void {
     hold.renewing = true;
     renew(hold.lock, hold.token, hold.lease).then(
       (next) => {
         if (next === null) return;
-        const current = this.byLock.get(hold.lock);
-        if (hold.superseded || !hold.lease.valid || (current !== undefined && current !== hold)) {
+        if (this.byLock.get(hold.lock) !== hold || !hold.lease.valid) {
           next.finish();
           return;
         }
-        if (current === hold) this.close(hold, false);
-        this.install({ ...hold, ...next, users: 0, closed: false, superseded: false, renewing: false });
+        this.close(hold);
+        this.install({ ...hold, ...next, users: 0, closed: false, renewing: false });
       },
       () => undefined,
     );
   }
 
-  /** No more joins; the entry is finished once its writes are over. `superseded`: another token or session came. */
-  private close(hold: HoldState, superseded: boolean): void {
+  /** No more joins; the entry is finished once its writes are over. */
+  private close(hold: HoldState): void {
     if (hold.closed) return;
     hold.closed = true;
-    hold.superseded = superseded;
     if (this.byLock.get(hold.lock) === hold) this.byLock.delete(hold.lock);
     if (hold.users === 0) this.finish(hold);
   }
