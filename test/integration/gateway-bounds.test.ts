@@ -223,6 +223,40 @@ describe('bounds on forwarded requests', () => {
       await store.entriesFinished();
     });
 
+    it('one that trickles in for longer than upload.idleTimeoutMs, never idle that long, is forwarded whole', async () => {
+      const a = await mint(store, 'doc:8');
+      const { socket, response } = rawRequest(
+        gw.port,
+        `PUT /idle/8 HTTP/1.1\r\nhost: x\r\nfencing-token: ${a.token}\r\ncontent-length: 8\r\nconnection: close\r\n\r\n`,
+      );
+      const started = Date.now();
+      let sent = 0;
+      const trickle = setInterval(() => {
+        if (sent < 8) socket.write(String(sent++)); // a byte every 100 ms, 800 ms in all; idle limit 300
+      }, 100);
+      const text = await response;
+      clearInterval(trickle);
+      expect(text).toMatch(/^HTTP\/1\.1 200 /);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(700);
+      expect(upstream.hits.find((h) => h.url === '/idle/8')?.bytes).toBe(8);
+    });
+
+    it('one that keeps trickling past upload.timeoutMs is 408 and never reaches the upstream', async () => {
+      const a = await mint(store, 'doc:9');
+      const { socket, response } = rawRequest(
+        gw.port,
+        `PUT /slow/9 HTTP/1.1\r\nhost: x\r\nfencing-token: ${a.token}\r\ncontent-length: 100\r\n\r\n`,
+      );
+      const trickle = setInterval(() => socket.write('x'), 50); // never idle for 2 s; 5 s in all
+      const text = await response;
+      clearInterval(trickle);
+      socket.destroy();
+      expect(text).toMatch(/^HTTP\/1\.1 408 /);
+      expect(text).toContain('took longer than 500 ms');
+      expect(upstream.hits.some((h) => h.url === '/slow/9')).toBe(false);
+      await store.entriesFinished();
+    });
+
     it('when the session lapses meanwhile: 503 at once, never forwarded', async () => {
       const a = await mint(store, 'doc:7');
       const { socket, response } = rawRequest(
