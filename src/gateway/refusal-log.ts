@@ -31,7 +31,7 @@ const text = (t: FencingToken | string | null): string | null =>
 export function refusalRecorder(metrics: Metrics, events: EventLog): RecordRefusal {
   return (ex, state, r, enforced) => {
     const route = state.match.route.name;
-    metrics.fencedWrites.inc({ route, reason: r.reason, enforced: String(enforced) });
+    metrics.fenceOf(route).refused(r.reason, enforced).n += 1;
     events.record({
       time: new Date().toISOString(),
       type: r.drainTimeout === true ? 'drain-timeout' : 'fenced-write',

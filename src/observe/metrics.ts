@@ -9,7 +9,7 @@
  * lock keys or tokens; labelled series exist at zero from the start (seedPolicy) so
  * a dashboard shows 0, not "no data".
  *
- * Hot-path counters (requests, admitted writes, drain timeouts) are Tallies: a plain
+ * Hot-path counters (requests, admitted and fenced writes, drain timeouts) are Tallies: a plain
  * number per label set, resolved once per route and added to prom-client's counter
  * when /metrics is scraped. An increment is then one property addition, where
  * counter.inc(labels) would build a label hash string and validate the labels
@@ -196,6 +196,8 @@ export interface FenceTallies {
   readonly drainTimeouts: Tally;
   /** Admitted writes that joined an admission hold (no store round trip). */
   readonly held: Tally;
+  /** fencegate_fenced_writes_total for one reason, enforced or in shadow mode (made at 0 on first use). */
+  refused(reason: FencedReason, enforced: boolean): Tally;
 }
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
@@ -233,6 +235,12 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
     labelNames: ['route'] as const,
     registers,
   });
+  const fenced = new TalliedCounter({
+    name: 'fencegate_fenced_writes_total',
+    help: 'Writes refused (or, in shadow mode, that would have been refused) by the fence',
+    labelNames: ['route', 'reason', 'enforced'] as const,
+    registers,
+  });
   const upstreamTimings = new Map<string, (HistogramCell | undefined)[]>();
   const routeRequests = new Map<string, readonly Tally[]>();
   const fenceTallies = new Map<string, FenceTallies>();
@@ -254,12 +262,8 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
     drainTimeouts: drainTimeouts.counter,
     /** Published from tallies (fenceOf(route).held). */
     heldAdmissions: held.counter,
-    fencedWrites: new Counter({
-      name: 'fencegate_fenced_writes_total',
-      help: 'Writes refused (or, in shadow mode, that would have been refused) by the fence',
-      labelNames: ['route', 'reason', 'enforced'] as const,
-      registers,
-    }),
+    /** Published from tallies (fenceOf(route).refused(reason, enforced)). */
+    fencedWrites: fenced.counter,
     acquireSeconds: new Histogram({
       name: 'fencegate_acquire_seconds',
       help: 'Time to answer an acquire, including waiting in the queue',
@@ -401,10 +405,16 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
     fenceOf(route: string): FenceTallies {
       let t = fenceTallies.get(route);
       if (t === undefined) {
+        // By reason, then enforced (odd) or shadow (even).
+        const refusals: (Tally | undefined)[] = [];
         t = {
           admitted: admitted.tally({ route }),
           drainTimeouts: drainTimeouts.tally({ route }),
           held: held.tally({ route }),
+          refused(reason, enforced) {
+            const i = FENCED_REASONS.indexOf(reason) * 2 + (enforced ? 1 : 0);
+            return (refusals[i] ??= fenced.tally({ route, reason, enforced: String(enforced) }));
+          },
         };
         fenceTallies.set(route, t);
       }
@@ -467,8 +477,7 @@ export function seedPolicy(metrics: Metrics, policy: CompiledPolicy): void {
   for (const route of policy.routes) {
     metrics.requestsOf(route.name);
     if (route.fencing === null) continue;
-    metrics.fenceOf(route.name);
-    const enforced = String(route.fencing.enforce);
-    for (const reason of FENCED_REASONS) metrics.fencedWrites.inc({ route: route.name, reason, enforced }, 0);
+    const tallies = metrics.fenceOf(route.name);
+    for (const reason of FENCED_REASONS) tallies.refused(reason, route.fencing.enforce);
   }
 }
