@@ -69,6 +69,17 @@ async function kernelCounters(pid) {
   return { sys: Number(f[12]) * 10_000, syscalls: n('syscr') + n('syscw') };
 }
 
+/** Admitted writes and those that joined an admission hold, from the gateway's /metrics. */
+async function holdCounters(ctl) {
+  const text = await (await fetch(`${ctl}/metrics`)).text();
+  const sum = (name) => {
+    let n = 0;
+    for (const m of text.matchAll(new RegExp(`^${name}\\{[^}]*\\} ([0-9.e+]+)$`, 'gm'))) n += Number(m[1]);
+    return n;
+  };
+  return { admitted: sum('fencegate_admitted_writes_total'), held: sum('fencegate_held_admissions_total') };
+}
+
 async function redisCounters(redis) {
   let commands = 0;
   for (const line of (await redis.info('commandstats')).split('\n')) {
@@ -154,6 +165,7 @@ async function measure(build, mode, env) {
     gw: await cpuUs(gw.child.pid),
     redis: await cpuUs(env.redisPid),
     ...(await redisCounters(env.redis)),
+    ...(await holdCounters(ctl)),
   };
   const started = performance.now();
   const bad = await load(pool, WRITES, paths, tokens, want);
@@ -163,6 +175,7 @@ async function measure(build, mode, env) {
     gw: await cpuUs(gw.child.pid),
     redis: await cpuUs(env.redisPid),
     ...(await redisCounters(env.redis)),
+    ...(await holdCounters(ctl)),
   };
   const scavenges = (gw.output().match(/Scavenge/g) ?? []).length - scavengesBefore;
   await pool.close();
@@ -183,6 +196,11 @@ async function measure(build, mode, env) {
     redisUs: per('redis'),
     commands: per('commands'),
     reads: per('reads'),
+    // Share of the admitted writes that joined a hold (the rest asked the store themselves).
+    held:
+      after.admitted > before.admitted
+        ? (after.held - before.held) / (after.admitted - before.admitted)
+        : null,
     scavenges: opt['gc-trace'] ? (scavenges * 1000) / WRITES : null,
   };
 }
@@ -222,12 +240,12 @@ async function main() {
   redis.disconnect();
   const f = (v, d = 1) => (v === null ? '–' : v.toFixed(d));
   process.stdout.write(
-    `| build | mode | writes/s | gateway µs | of which system | gateway reads+writes | redis µs | Redis commands | Redis reads | scavenges /1k | bad |\n` +
-      `|---|---|---|---|---|---|---|---|---|---|---|\n` +
+    `| build | mode | writes/s | gateway µs | of which system | gateway reads+writes | redis µs | Redis commands | Redis reads | held | scavenges /1k | bad |\n` +
+      `|---|---|---|---|---|---|---|---|---|---|---|---|\n` +
       rows
         .map(
           (r) =>
-            `| ${r.build} | ${r.mode} | ${r.rps} | ${f(r.gwUs)} | ${f(r.gwSysUs)} | ${f(r.syscalls, 2)} | ${f(r.redisUs)} | ${f(r.commands, 2)} | ${f(r.reads, 2)} | ${f(r.scavenges)} | ${r.bad} |`,
+            `| ${r.build} | ${r.mode} | ${r.rps} | ${f(r.gwUs)} | ${f(r.gwSysUs)} | ${f(r.syscalls, 2)} | ${f(r.redisUs)} | ${f(r.commands, 2)} | ${f(r.reads, 2)} | ${f(r.held, 3)} | ${f(r.scavenges)} | ${r.bad} |`,
         )
         .join('\n') +
       '\n',
