@@ -62,6 +62,7 @@ export class ProblemError extends Error {
   readonly status: number;
   readonly extra: Record<string, unknown>;
   readonly headers: Record<string, string>;
+  private rendered: string | undefined;
 
   constructor(
     code: ProblemCode,
@@ -94,6 +95,11 @@ export class ProblemError extends Error {
 
   toBody(): ProblemBody {
     return problemBody(this.code, this.message, this.extra);
+  }
+
+  /** The body as JSON, rendered on first use (a refusal answered many times is rendered once). */
+  json(): string {
+    return (this.rendered ??= JSON.stringify(this.toBody()));
   }
 }
 

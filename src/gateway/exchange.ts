@@ -16,7 +16,6 @@ import type { GatewayRequestState } from './context.js';
 const BODYLESS = new Set(['GET', 'HEAD', 'TRACE']);
 
 export class Exchange {
-  readonly id: string = randomUUID();
   readonly method: string;
   /** The peer's address, read on arrival (a finished response's request no longer has its socket). */
   readonly peer: string;
@@ -28,6 +27,7 @@ export class Exchange {
   body: NodeJS.ReadableStream | Buffer | null;
   private ownHeaders: Record<string, string> | null = null;
   private logger: FastifyBaseLogger | null = null;
+  private madeId: string | null = null;
 
   constructor(
     readonly req: IncomingMessage,
@@ -39,6 +39,14 @@ export class Exchange {
     this.method = req.method ?? 'GET';
     this.peer = req.socket.remoteAddress ?? 'unknown';
     this.body = hasBody(req, this.method) ? req : null;
+  }
+
+  /**
+   * The request id (the in-flight entry's, X-Fencegate-Request-Id, the log's reqId), made
+   * on first use: a write refused before it reached the store is answered without one.
+   */
+  get id(): string {
+    return (this.madeId ??= randomUUID());
   }
 
   get headers(): IncomingMessage['headers'] {
@@ -91,7 +99,7 @@ export class Exchange {
   /** A refusal or error, as problem+json. */
   answerProblem(problem: ProblemError): void {
     for (const [name, value] of Object.entries(problemHeaders(problem, this.req))) this.header(name, value);
-    this.answer(problem.status, PROBLEM_CONTENT_TYPE, JSON.stringify(problem.toBody()));
+    this.answer(problem.status, PROBLEM_CONTENT_TYPE, problem.json());
   }
 }
 

@@ -25,7 +25,7 @@ import { sendContinue } from '../http/continue.js';
 import { kindFor } from './kinds/index.js';
 import { refusalRecorder } from './refusal-log.js';
 import { StaleCache } from './stale-cache.js';
-import { decide, fenceUnavailable, type Verdict } from './verdict.js';
+import { decide, fenceUnavailable, StaleRefusals, type Verdict } from './verdict.js';
 
 export interface FenceOptions {
   guard: StoreGuard;
@@ -55,6 +55,7 @@ export function fenceStep(opts: FenceOptions): FenceStep {
   const record = refusalRecorder(metrics, events);
   // Per process: what the store has already told this gateway is stale, per lock.
   const cache = new StaleCache();
+  const refusals = new StaleRefusals();
   // Per process: admissions whose in-flight entry the same token's next writes may share,
   // renewed in the background while a lock is written to (admission-hold.ts).
   let renewals = 0;
@@ -186,12 +187,13 @@ export function fenceStep(opts: FenceOptions): FenceStep {
         lock,
         record: recording,
         raw: ex.req,
-        requestId: ex.id,
+        request: ex,
         lease,
         guard,
         sequencers,
         cache,
         holds,
+        refusals,
         noSession: recording && lease === null,
       });
       if (!verdict.ok) {

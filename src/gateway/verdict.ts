@@ -46,7 +46,8 @@ export interface VerdictInput {
   /** False: judge only (shadow mode, or a kind that fences inside the resource). */
   record: boolean;
   raw: IncomingMessage;
-  requestId: string;
+  /** The request, whose id names its in-flight entry (read only when the store is asked). */
+  request: { readonly id: string };
   /** The gateway session the in-flight entry will belong to (null in shadow mode: nothing is recorded). */
   lease: SessionLease | null;
   /** True when the write would be recorded but this process has no valid session: 503, store untouched. */
@@ -58,6 +59,8 @@ export interface VerdictInput {
   cache: StaleCache;
   /** Admissions of this process that a write of the same token may join (admission-hold.ts). */
   holds: AdmissionHolds;
+  /** The last stale refusal per lock, answered again to the same token. */
+  refusals: StaleRefusals;
 }
 
 type Presented = { ok: true; token: FencingToken } | { ok: false; verdict: Verdict };
@@ -74,7 +77,7 @@ export async function decide(input: VerdictInput): Promise<Verdict> {
   // it is refused without asking, whatever the store's state. Only 'stale' is answered
   // from the cache: forged tokens and lease checks need the store.
   const known = input.cache.refuses(lock, token);
-  if (known !== null) return staleRefusal(lock, token, known.highest);
+  if (known !== null) return input.refusals.of(lock, token, known.highest);
   if (input.noSession) {
     const problem = new ProblemError(
       'fence-unavailable',
@@ -96,7 +99,7 @@ export async function decide(input: VerdictInput): Promise<Verdict> {
       lock,
       token,
       check,
-      requestId: input.requestId,
+      requestId: input.request.id,
       session: input.lease?.id ?? '',
       record: input.record,
     });
@@ -123,7 +126,7 @@ export async function decide(input: VerdictInput): Promise<Verdict> {
   const { highest } = result;
   switch (result.reason) {
     case 'stale':
-      return staleRefusal(lock, token, highest);
+      return input.refusals.of(lock, token, highest);
     case 'forged':
       return refused(
         'token-invalid',
@@ -145,8 +148,42 @@ export async function decide(input: VerdictInput): Promise<Verdict> {
   }
 }
 
-/** 409 stale-token, from the store's answer or the cache's (whose highest is a lower bound). */
-function staleRefusal(lock: string, token: FencingToken, highest: FencingToken | null): Verdict {
+/** The default number of locks whose last stale refusal is kept. */
+export const STALE_REFUSALS_KEPT = 1024;
+
+/**
+ * 409 stale-token verdicts, the last one per lock kept: a stale flood repeats one token,
+ * and its refusal (the problem, its detail text and its JSON) is the same immutable value
+ * each time, made once instead of per write. At most `capacity` locks; the lock whose kept
+ * refusal was made longest ago is forgotten first (a hit costs one lookup, no reordering).
+ */
+export class StaleRefusals {
+  private readonly last = new Map<string, Extract<Verdict, { ok: false }>>();
+
+  constructor(readonly capacity: number = STALE_REFUSALS_KEPT) {
+    if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError('capacity must be an integer ≥ 1');
+  }
+
+  /** The stale refusal of `token` on `lock`, `highest` being the store's answer or the cache's (a lower bound). */
+  of(lock: string, token: FencingToken, highest: FencingToken | null): Verdict {
+    const kept = this.last.get(lock);
+    if (kept !== undefined && kept.token === token && kept.highest === highest) return kept;
+    const verdict = staleRefusal(lock, token, highest);
+    if (kept !== undefined) this.last.delete(lock);
+    else if (this.last.size >= this.capacity) {
+      const oldest = this.last.keys().next();
+      if (oldest.done !== true) this.last.delete(oldest.value);
+    }
+    this.last.set(lock, verdict);
+    return verdict;
+  }
+}
+
+function staleRefusal(
+  lock: string,
+  token: FencingToken,
+  highest: FencingToken | null,
+): Extract<Verdict, { ok: false }> {
   const detail =
     highest !== null && token < highest
       ? `token ${token} is older than ${highest}, already admitted for lock "${lock}"`
@@ -215,7 +252,7 @@ function refused(
   lock: string,
   token: FencingToken | null,
   highest: FencingToken | null,
-): Verdict {
+): Extract<Verdict, { ok: false }> {
   const extra = { lock, token: token ?? undefined, highest: highest ?? undefined };
   return { ok: false, problem: ProblemError.expected(code, detail, extra), reason, lock, token, highest };
 }

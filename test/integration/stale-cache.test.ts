@@ -16,7 +16,7 @@ import { AdmissionHolds } from '../../src/gateway/admission-hold.js';
 import { SessionLease } from '../../src/gateway/session.js';
 import { StaleCache } from '../../src/gateway/stale-cache.js';
 import { StoreGuard } from '../../src/gateway/store-guard.js';
-import { decide } from '../../src/gateway/verdict.js';
+import { decide, StaleRefusals } from '../../src/gateway/verdict.js';
 import type { AdmitCheck, AdmitResult, Store } from '../../src/store/types.js';
 import {
   mint,
@@ -116,6 +116,8 @@ describe.each(GATEWAY_STORES)('stale-write cache on the $name store', (factory) 
         const granted: bigint[][] = locks.map(() => []);
         const held: (string | null)[] = locks.map(() => null);
         const caches = [new StaleCache(), new StaleCache()];
+        // Each gateway's kept refusals (a small capacity, so that locks are also forgotten).
+        const refusals = [new StaleRefusals(2), new StaleRefusals(2)];
         const guard = new StoreGuard(store, createMetrics({ defaultMetrics: false }), quiet);
         let requests = 0;
         try {
@@ -158,13 +160,14 @@ describe.each(GATEWAY_STORES)('stale-write cache on the $name store', (factory) 
               lock,
               record: o.record,
               raw: headers(token),
-              requestId,
+              request: { id: requestId },
               lease: propLease,
               noSession: false,
               guard,
               sequencers: null,
               cache,
               holds: noHolds,
+              refusals: refusals[o.gateway]!,
             });
             if (fromCache) {
               cachedRefusals += 1;
