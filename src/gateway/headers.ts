@@ -9,6 +9,7 @@
 import { parseToken, type FencingToken } from '../tokens.js';
 import type { HeaderLookup } from '../policy/index.js';
 import { HTTP_METHODS } from '../policy/schema.js';
+import { ownRecord } from '../own-record.js';
 
 /** RFC 9110 §7.6.1 connection-specific fields, plus the de-facto Proxy-Connection. */
 export const HOP_BY_HOP = new Set([
@@ -157,8 +158,8 @@ export function stripRequestHeaders(
   // The common case (no Connection header, at most one extra name) builds no Set.
   const listed = connection === undefined ? null : connectionTokens(connection);
   const drop = listed === null || listed.length === 0 ? null : new Set([...listed, ...extra]);
-  // No prototype: header names are the client's, and "__proto__" must stay a name like any other.
-  const out = Object.create(null) as Headers;
+  // Header names are the client's: "__proto__" must stay a name like any other.
+  const out: Headers = ownRecord<HeaderValue>();
   for (const name of Object.keys(headers)) {
     const value = headers[name];
     const lower = name.toLowerCase();
@@ -179,7 +180,7 @@ export function stripRequestHeaders(
  * names, a repeated header's values in an array, in order (as undici's own responses).
  */
 export function headersFromRaw(rawHeaders: readonly Buffer[]): Headers {
-  const out = Object.create(null) as Record<string, string | string[]>;
+  const out = ownRecord<string | string[]>();
   for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
     const name = (rawHeaders[i] as Buffer).toString('latin1').toLowerCase();
     const value = (rawHeaders[i + 1] as Buffer).toString('latin1');
@@ -198,7 +199,7 @@ export function headersFromRaw(rawHeaders: readonly Buffer[]): Headers {
 export function stripResponseHeaders<T extends Headers>(headers: T): T {
   const connection = headers.connection;
   const drop = connection === undefined ? null : new Set(connectionTokens(connection));
-  const out = Object.create(null) as Headers;
+  const out: Headers = ownRecord<HeaderValue>();
   for (const name of Object.keys(headers)) {
     const value = headers[name];
     const lower = name.toLowerCase();

@@ -128,7 +128,8 @@ export function createCompiledPolicy(
       for (const route of frozenRoutes) {
         if (!(route.methods as readonly string[]).includes(method)) continue;
         const params = matchPath(route.path, segments);
-        if (params !== null) return { route, params: Object.freeze(params) };
+        // Not frozen: freezing gave each match's object a map of its own (readonly by type).
+        if (params !== null) return { route, params };
       }
       return null;
     },

@@ -7,6 +7,8 @@
  * fencing on: variants an upstream would likely treat as the same resource
  * (`/orders//42/`, `/%6Frders/42`) match the same route.
  */
+import { ownRecord } from '../own-record.js';
+
 export type Segment = { kind: 'literal'; value: string } | { kind: 'param'; name: string };
 
 export interface PathPattern {
@@ -146,14 +148,13 @@ export function splitRequestPath(rawPath: string): RequestPath {
 }
 
 /**
- * Parameters of a match (decoded), or null when the pattern does not match. The
- * result has no prototype: parameter names are the policy author's (`:__proto__`,
- * `:constructor` are valid names) and must never reach Object.prototype.
+ * Parameters of a match (decoded), or null when the pattern does not match. Parameter
+ * names are the policy author's (`:__proto__`, `:constructor` are valid): an own record.
  */
 export function matchPath(pattern: PathPattern, segments: readonly string[]): Record<string, string> | null {
   const fixed = pattern.segments.length;
   if (pattern.wildcard ? segments.length < fixed : segments.length !== fixed) return null;
-  const params = Object.create(null) as Record<string, string>;
+  const params = ownRecord<string>();
   const rules = pattern.constraints;
   for (let i = 0; i < fixed; i++) {
     const seg = pattern.segments[i];

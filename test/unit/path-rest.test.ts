@@ -9,6 +9,7 @@ import {
   splitRequestPath,
   type PathPattern,
 } from '../../src/policy/index.js';
+import { inheritsNothing } from '../helpers/own-record.js';
 
 function pattern(source: string): PathPattern {
   const parsed = parsePathPattern(source);
@@ -58,12 +59,16 @@ describe('a final *name captures the rest of the path', () => {
     expect(p.wildcard).toBe(true);
   });
 
-  it('a capture named like an Object member stays an own, prototype-free parameter', () => {
+  it('a capture named like an Object member stays an own parameter, and nothing is inherited', () => {
     const params = matchPath(pattern('/x/*__proto__'), segments('/x/a/b'));
     expect(params).not.toBeNull();
-    expect(Object.getPrototypeOf(params)).toBeNull();
+    expect(inheritsNothing(params!)).toBe(true);
     expect(Object.hasOwn(params ?? {}, '__proto__')).toBe(true);
     expect(params?.['__proto__']).toBe('a/b');
+    const other = matchPath(pattern('/y/:id'), segments('/y/1'))!;
+    expect(other['constructor']).toBeUndefined();
+    expect(other['toString']).toBeUndefined();
+    expect('hasOwnProperty' in other).toBe(false);
   });
 
   it.each([

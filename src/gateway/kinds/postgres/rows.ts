@@ -21,6 +21,7 @@ import * as sql from './rows-sql.js';
 import type { TableShape } from './rows-sql.js';
 import type { PostgresRouteSettings, PostgresUpstreamSettings } from './settings.js';
 import { statementsFor, type ColumnRow, type HighestRow, type Statements } from './statements.js';
+import { ownRecord } from '../../../own-record.js';
 
 const CONNECT_TIMEOUT_MS = 2000;
 const STATEMENT_TIMEOUT_MS = 5000;
@@ -273,9 +274,9 @@ function notFound(key: string): RowOutcome {
   };
 }
 
-/** A row selected as [key, ...columns] text → a JSON object (no prototype: column names are user-chosen). */
+/** A row selected as [key, ...columns] text → a JSON object (an own record: column names are user-chosen). */
 function toJson(shape: TableShape, row: unknown[]): Record<string, unknown> {
-  const out = Object.create(null) as Record<string, unknown>;
+  const out = ownRecord<unknown>();
   [shape.key, ...shape.columns].forEach((c, i) => {
     out[c.name] = decode(c, (row[i] ?? null) as string | null);
   });
