@@ -246,6 +246,8 @@ function joinChain(incoming: HeaderValue, next: string): string {
 }
 
 function quote(value: string): string {
+  // Most values (addresses, host names) need no escape: no regex replace per request for them.
+  if (!value.includes('"') && !value.includes('\\')) return `"${value}"`;
   return `"${value.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
 }
 

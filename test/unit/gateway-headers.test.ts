@@ -104,6 +104,9 @@ describe('forwarding headers', () => {
     expect(forwardingHeaders({ ...base, host: 'a"b\\c', peer: '1.2.3.4', trustProxy: false }).forwarded).toBe(
       'for="1.2.3.4";proto=http;host="a\\"b\\\\c"',
     );
+    expect(forwardingHeaders({ ...base, host: 'a\\b', peer: '1.2.3.4', trustProxy: false }).forwarded).toBe(
+      'for="1.2.3.4";proto=http;host="a\\\\b"',
+    );
   });
 });
 
