@@ -168,12 +168,15 @@ describe('admission holds', () => {
     });
     const fresh = (id: string): Next => ({ highest: 5n, finish: () => finished.push(id) });
     const settle = () => vi.advanceTimersByTimeAsync(0);
-    /** An open hold that a write joined (and left) in its second half: its renewal was asked for. */
+    /** Renewals asked for are made at the next tick: holdMs / 8 (2 ms here). */
+    const TICK = 2;
+    /** An open hold that a write joined (and left) in its second half: its renewal was made. */
     const renewing = (lock: string, token: bigint): Hold => {
       const h = admit(lock, token);
       holds.open(h);
       vi.advanceTimersByTime(10);
       holds.leave(holds.join(lock, token, s1)!);
+      vi.advanceTimersByTime(TICK);
       return h;
     };
 
@@ -185,6 +188,8 @@ describe('admission holds', () => {
       vi.advanceTimersByTime(10);
       const late = holds.join('a', 5n, s1)!;
       holds.join('a', 5n, s1);
+      expect(asked).toHaveLength(0); // made at the next tick
+      vi.advanceTimersByTime(TICK);
       expect(asked).toHaveLength(1); // one renewal at a time
       asked[0]!.resolve(fresh('renewed'));
       await settle();
@@ -200,6 +205,24 @@ describe('admission holds', () => {
       holds.leave(next!);
       vi.advanceTimersByTime(1);
       expect(finished).toEqual(['a@5', 'renewed']);
+    });
+
+    it('renewals falling due within a tick are made together; a hold closed before its tick is not renewed', () => {
+      const a = admit('a', 5n);
+      const b = admit('b', 6n);
+      const c = admit('c', 7n);
+      holds.open(a);
+      holds.open(b);
+      holds.open(c);
+      vi.advanceTimersByTime(10);
+      holds.leave(holds.join('a', 5n, s1)!);
+      vi.advanceTimersByTime(1);
+      holds.leave(holds.join('b', 6n, s1)!);
+      holds.leave(holds.join('c', 7n, s1)!);
+      expect(holds.join('c', 8n, s1)).toBeNull(); // another token closes c's hold
+      expect(asked).toHaveLength(0);
+      vi.advanceTimersByTime(1);
+      expect(asked.map((x) => x.lock)).toEqual(['a', 'b']);
     });
 
     it('a renewal the store refuses changes nothing: the hold ends at its time', async () => {
