@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { SessionObserver } from '../../src/gateway/observer.js';
-import { GatewaySessions } from '../../src/gateway/session.js';
+import { GatewaySessions, SessionLease } from '../../src/gateway/session.js';
 import { createMetrics } from '../../src/observe/metrics.js';
 import { faultyStore } from '../helpers/faulty-store.js';
 import { MemoryStore } from '../helpers/memory-store.js';
@@ -84,6 +84,31 @@ describe('GatewaySessions', () => {
     expect(aborted).toBe(1);
     expect((await metrics.sessionsLost.get()).values[0]?.value).toBe(1);
     await sessions.close();
+  });
+});
+
+describe('SessionLease.track', () => {
+  it('aborts what is tracked once; an unregistered forward is not aborted, and slots are reused', () => {
+    const lease = new SessionLease('s');
+    const aborted: string[] = [];
+    const untrackA = lease.track(() => aborted.push('a'));
+    const untrackB = lease.track(() => aborted.push('b'));
+    expect(lease.tracked).toBe(2);
+    untrackA();
+    untrackA(); // twice: harmless
+    expect(lease.tracked).toBe(1);
+    const untrackC = lease.track(() => aborted.push('c')); // takes a's slot
+    lease.abortAll();
+    expect(aborted.sort()).toEqual(['b', 'c']);
+    expect(lease.tracked).toBe(0);
+    const untrackD = lease.track(() => aborted.push('d')); // may take b's or c's old slot
+    untrackB(); // after abortAll: never removes d
+    untrackC();
+    expect(lease.tracked).toBe(1);
+    lease.abortAll();
+    expect(aborted.sort()).toEqual(['b', 'c', 'd']);
+    untrackD();
+    expect(lease.tracked).toBe(0);
   });
 });
 
