@@ -78,6 +78,10 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     return { highest: result.highest, finish };
   });
 
+  // A hold outlives its write and sits in a long-lived map: the closure that finishes its
+  // entry holds the lock and the request id only, never the request (ADR 0004, addendum 4).
+  const finisher = (lock: string, requestId: string) => () => void guard.finish(lock, requestId);
+
   /** Waits at the drain barrier: null when cleared, else the 503 to answer with. */
   async function passBarrier(
     route: string,
@@ -215,13 +219,7 @@ export function fenceStep(opts: FenceOptions): FenceStep {
       if (recording && lease !== null) {
         let hold = verdict.hold;
         if (hold === null) {
-          hold = holds.admitted(
-            lock,
-            verdict.token,
-            lease,
-            verdict.highest,
-            () => void guard.finish(lock, ex.id),
-          );
+          hold = holds.admitted(lock, verdict.token, lease, verdict.highest, finisher(lock, ex.id));
           fresh.push(hold);
         }
         const joined = hold;
