@@ -56,6 +56,10 @@ export function fenceStep(opts: FenceOptions): FenceStep {
   // Per process: what the store has already told this gateway is stale, per lock.
   const cache = new StaleCache();
   const refusals = new StaleRefusals();
+  // A hold outlives its write and sits in a long-lived map: the closure that finishes its
+  // entry holds the lock and the request id only, never the request (ADR 0004, addendum 4).
+  const finisher = (lock: string, requestId: string) => () => void guard.finish(lock, requestId);
+
   // Per process: admissions whose in-flight entry the same token's next writes may share,
   // renewed in the background while a lock is written to (admission-hold.ts).
   let renewals = 0;
@@ -70,17 +74,13 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     }
     cache.learn(lock, token, true, result);
     if (!result.ok) return null;
-    const finish = () => void guard.finish(lock, requestId);
+    const finish = finisher(lock, requestId);
     if (result.lowerInflight > 0) {
       finish();
       return null;
     }
     return { highest: result.highest, finish };
   });
-
-  // A hold outlives its write and sits in a long-lived map: the closure that finishes its
-  // entry holds the lock and the request id only, never the request (ADR 0004, addendum 4).
-  const finisher = (lock: string, requestId: string) => () => void guard.finish(lock, requestId);
 
   /** Waits at the drain barrier: null when cleared, else the 503 to answer with. */
   async function passBarrier(

@@ -63,6 +63,9 @@ export interface VerdictInput {
   refusals: StaleRefusals;
 }
 
+/** A verdict that refuses the write. */
+type Refusal = Extract<Verdict, { ok: false }>;
+
 type Presented = { ok: true; token: FencingToken } | { ok: false; verdict: Verdict };
 
 export async function decide(input: VerdictInput): Promise<Verdict> {
@@ -158,7 +161,7 @@ export const STALE_REFUSALS_KEPT = 1024;
  * refusal was made longest ago is forgotten first (a hit costs one lookup, no reordering).
  */
 export class StaleRefusals {
-  private readonly last = new Map<string, Extract<Verdict, { ok: false }>>();
+  private readonly last = new Map<string, Refusal>();
 
   constructor(readonly capacity: number = STALE_REFUSALS_KEPT) {
     if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError('capacity must be an integer ≥ 1');
@@ -179,11 +182,7 @@ export class StaleRefusals {
   }
 }
 
-function staleRefusal(
-  lock: string,
-  token: FencingToken,
-  highest: FencingToken | null,
-): Extract<Verdict, { ok: false }> {
+function staleRefusal(lock: string, token: FencingToken, highest: FencingToken | null): Refusal {
   const detail =
     highest !== null && token < highest
       ? `token ${token} is older than ${highest}, already admitted for lock "${lock}"`
@@ -252,7 +251,7 @@ function refused(
   lock: string,
   token: FencingToken | null,
   highest: FencingToken | null,
-): Extract<Verdict, { ok: false }> {
+): Refusal {
   const extra = { lock, token: token ?? undefined, highest: highest ?? undefined };
   return { ok: false, problem: ProblemError.expected(code, detail, extra), reason, lock, token, highest };
 }
