@@ -11,10 +11,12 @@
  * bytes allocated per write).
  *
  *   node bench/per-write.mjs [--builds DIR,DIR] [--modes fenced,open,stale]
- *                            [--writes 6000] [--rounds 2] [--gc-trace]
+ *                            [--heaps fast,compact] [--writes 6000] [--rounds 2] [--gc-trace]
  *
  * A build is a checkout with dist/ built (default: this one). Modes: fenced (admitted
  * writes, 16 locks), open (an unfenced route), stale (writes whose token was superseded).
+ * With --heaps, the gateway is started as the installed command is (bin/fencegate.js run
+ * by sh), once per FENCEGATE_HEAP value, instead of with this script's own Node flags.
  */
 import { once } from 'node:events';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -42,10 +44,12 @@ const { values: opt } = parseArgs({
     writes: { type: 'string', default: '6000' },
     rounds: { type: 'string', default: '2' },
     'gc-trace': { type: 'boolean', default: false },
+    heaps: { type: 'string' },
   },
 });
 const BUILDS = opt.builds.split(',').map((b) => resolve(b));
 const MODES = opt.modes.split(',');
+const HEAPS = opt.heaps === undefined ? [null] : opt.heaps.split(',');
 const WRITES = Number(opt.writes);
 const ROUNDS = Number(opt.rounds);
 const LOCKS = 16;
@@ -109,7 +113,17 @@ async function load(pool, count, paths, tokens, want) {
   return bad;
 }
 
-async function measure(build, mode, env) {
+/** The process's resident memory, MiB. */
+async function rssMiB(pid) {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8');
+  return Number(/VmRSS:\s+([0-9]+) kB/.exec(status)[1]) / 1024;
+}
+
+function gatewayCommand(build, env, heap) {
+  const args = serveArgs(env.store, env.policies);
+  // The installed command: its first line (read by sh) picks Node's flags for FENCEGATE_HEAP.
+  if (heap !== null)
+    return { cmd: join(build, 'bin/fencegate.js'), args, env: { ...process.env, FENCEGATE_HEAP: heap } };
   // As bin/fencegate.js: no pretenuring; the single-threaded collector on 2 CPUs or fewer.
   const nodeArgs = opt['gc-trace']
     ? ['--max-semi-space-size=1', '--min-semi-space-size=1', '--trace-gc', '--no-allocation-site-pretenuring']
@@ -120,11 +134,16 @@ async function measure(build, mode, env) {
       ];
   if (process.env.FG_GATEWAY_NODE_ARGS)
     nodeArgs.push(...process.env.FG_GATEWAY_NODE_ARGS.split(' ').filter(Boolean));
-  const gw = await start(
-    process.execPath,
-    [...nodeArgs, join(build, 'bin/fencegate.js'), ...serveArgs(env.store, env.policies)],
-    LISTENING,
-  );
+  return {
+    cmd: process.execPath,
+    args: [...nodeArgs, join(build, 'bin/fencegate.js'), ...args],
+    env: process.env,
+  };
+}
+
+async function measure(build, mode, env, heap) {
+  const command = gatewayCommand(build, env, heap);
+  const gw = await spawnUntil(command.cmd, command.args, LISTENING, { children, env: command.env });
   const [data, ctl] = [gw.m[1], gw.m[2]];
   const tag = Math.random().toString(36).slice(2, 8);
   const base = { fenced: 'orders', open: 'open', stale: 'stale' }[mode];
@@ -178,6 +197,7 @@ async function measure(build, mode, env) {
     ...(await holdCounters(ctl)),
   };
   const scavenges = (gw.output().match(/Scavenge/g) ?? []).length - scavengesBefore;
+  const rss = await rssMiB(gw.child.pid);
   await pool.close();
   gw.child.kill('SIGTERM');
   await once(gw.child, 'exit');
@@ -186,7 +206,7 @@ async function measure(build, mode, env) {
     await writeFile(process.env.FG_GATEWAY_OUTPUT, gw.output(), { flag: 'a' });
   const per = (k) => (after[k] - before[k]) / WRITES;
   return {
-    build,
+    build: heap === null ? build : `${build} ${heap}`,
     mode,
     rps: Math.round((WRITES / ms) * 1000),
     bad,
@@ -202,6 +222,7 @@ async function measure(build, mode, env) {
         ? (after.held - before.held) / (after.admitted - before.admitted)
         : null,
     scavenges: opt['gc-trace'] ? (scavenges * 1000) / WRITES : null,
+    rss,
   };
 }
 
@@ -232,20 +253,21 @@ async function main() {
   const rows = [];
   for (let r = 0; r < ROUNDS; r++)
     for (const mode of MODES)
-      for (const build of BUILDS) {
-        const row = await measure(build, mode, env);
-        rows.push(row);
-        process.stderr.write(`${JSON.stringify(row)}\n`);
-      }
+      for (const build of BUILDS)
+        for (const heap of HEAPS) {
+          const row = await measure(build, mode, env, heap);
+          rows.push(row);
+          process.stderr.write(`${JSON.stringify(row)}\n`);
+        }
   redis.disconnect();
   const f = (v, d = 1) => (v === null ? '–' : v.toFixed(d));
   process.stdout.write(
-    `| build | mode | writes/s | gateway µs | of which system | gateway reads+writes | redis µs | Redis commands | Redis reads | held | scavenges /1k | bad |\n` +
-      `|---|---|---|---|---|---|---|---|---|---|---|---|\n` +
+    `| build | mode | writes/s | gateway µs | of which system | gateway reads+writes | redis µs | Redis commands | Redis reads | held | scavenges /1k | RSS after, MiB | bad |\n` +
+      `|---|---|---|---|---|---|---|---|---|---|---|---|---|\n` +
       rows
         .map(
           (r) =>
-            `| ${r.build} | ${r.mode} | ${r.rps} | ${f(r.gwUs)} | ${f(r.gwSysUs)} | ${f(r.syscalls, 2)} | ${f(r.redisUs)} | ${f(r.commands, 2)} | ${f(r.reads, 2)} | ${f(r.held, 3)} | ${f(r.scavenges)} | ${r.bad} |`,
+            `| ${r.build} | ${r.mode} | ${r.rps} | ${f(r.gwUs)} | ${f(r.gwSysUs)} | ${f(r.syscalls, 2)} | ${f(r.redisUs)} | ${f(r.commands, 2)} | ${f(r.reads, 2)} | ${f(r.held, 3)} | ${f(r.scavenges)} | ${f(r.rss, 0)} | ${r.bad} |`,
         )
         .join('\n') +
       '\n',

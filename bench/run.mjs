@@ -422,17 +422,19 @@ load generator, upstream and store) → **${ratio(r.workersResult.rps, bareResul
     goals.push(
       `Fenced writes on the Postgres store ≥ 0.35× the bare proxy → **${ratio(r.postgresResult.rps, bareResult.rps)}×**.`,
     );
-  if (results.some((x) => x.rssMiB !== undefined)) {
+  // The goal is the command's as shipped: the row with the other heap setting is not counted.
+  const shipped = results.filter((x) => x !== r.fastHeapResult && x.rssMiB !== undefined);
+  if (shipped.length > 0) {
     goals.push(
-      `Gateway RSS after its rows ≤ 200 MiB → **${Math.max(0, ...results.map((x) => x.rssMiB ?? 0)).toFixed(0)} MiB** (largest).`,
+      `Gateway RSS after its rows ≤ 200 MiB → **${Math.max(...shipped.map((x) => x.rssMiB)).toFixed(0)} MiB** (largest, the \`FENCEGATE_HEAP=fast\` row aside).`,
     );
   }
   if (r.embeddedResult && r.redisResult) {
     goals.push(`Fenced writes on the embedded store ≥ 0.5× the Redis store → **${ratio(r.embeddedResult.rps, r.redisResult.rps)}×**
 (rows far apart in time: \`node bench/embedded.mjs\` interleaves the two); the embedded store's
 process resident at idle / after its runs ≤ 150 MB (143 MiB) → **${(r.embeddedIdleKiB / 1024).toFixed(1)} / ${(r.embeddedLoadKiB / 1024).toFixed(1)} MiB**${
-      r.compactResult
-        ? `; with \`FENCEGATE_HEAP=compact\` **${(r.compactIdleKiB / 1024).toFixed(1)} / ${(r.compactLoadKiB / 1024).toFixed(1)} MiB**, at ${ratio(r.compactResult.rps, r.redisResult.rps)}× the Redis store`
+      r.fastHeapResult
+        ? `; with \`FENCEGATE_HEAP=fast\` (not the default) **${(r.fastHeapIdleKiB / 1024).toFixed(1)} / ${(r.fastHeapLoadKiB / 1024).toFixed(1)} MiB**, at ${ratio(r.fastHeapResult.rps, r.redisResult.rps)}× the Redis store`
         : ''
     }.`);
   }
@@ -675,9 +677,9 @@ routes:
   let embeddedResult;
   let embeddedIdleKiB;
   let embeddedLoadKiB;
-  let compactResult;
-  let compactIdleKiB;
-  let compactLoadKiB;
+  let fastHeapResult;
+  let fastHeapIdleKiB;
+  let fastHeapLoadKiB;
   if (want('embedded')) {
     const embedded = await fencegate(join(tmp, 'embedded'), policyDir);
     await sleep(1000);
@@ -706,25 +708,25 @@ routes:
     embeddedLoadKiB = await rssKiB(embedded.child.pid);
     await stop(embedded.child);
 
-    // The same store and writes with the command's compact heap (ADR 0004, addendum).
-    say(`fencegate fenced, embedded, FENCEGATE_HEAP=compact …`);
-    const compact = await fencegate(join(tmp, 'embedded-compact'), policyDir, [], {
-      FENCEGATE_HEAP: 'compact',
+    // The same store and writes with the command's other heap, the larger one (ADR 0004, addendum 5).
+    say(`fencegate fenced, embedded, FENCEGATE_HEAP=fast …`);
+    const fastHeap = await fencegate(join(tmp, 'embedded-fast-heap'), policyDir, [], {
+      FENCEGATE_HEAP: 'fast',
     });
     await sleep(1000);
-    compactIdleKiB = await rssKiB(compact.child.pid);
-    const compactTokens = await acquireTokens(compact.control, 'order');
-    await run(compact.data, { tokens: compactTokens, seconds: WARMUP });
-    compactResult = await withRss(
+    fastHeapIdleKiB = await rssKiB(fastHeap.child.pid);
+    const fastHeapTokens = await acquireTokens(fastHeap.control, 'order');
+    await run(fastHeap.data, { tokens: fastHeapTokens, seconds: WARMUP });
+    fastHeapResult = await withRss(
       summarize(
-        'fencegate fenced, embedded store, FENCEGATE_HEAP=compact',
-        await cpuOf(compact.child.pid, null, { run: () => run(compact.data, { tokens: compactTokens }) }),
+        'fencegate fenced, embedded store, FENCEGATE_HEAP=fast',
+        await cpuOf(fastHeap.child.pid, null, { run: () => run(fastHeap.data, { tokens: fastHeapTokens }) }),
       ),
-      compact.child.pid,
+      fastHeap.child.pid,
     );
-    results.push(compactResult);
-    compactLoadKiB = await rssKiB(compact.child.pid);
-    await stop(compact.child);
+    results.push(fastHeapResult);
+    fastHeapLoadKiB = await rssKiB(fastHeap.child.pid);
+    await stop(fastHeap.child);
   }
 
   // Postgres store, a throwaway schema on the shared server.
@@ -1020,9 +1022,9 @@ routes:
     unfencedRedis,
     embeddedResult,
     embeddedIdleKiB,
-    compactResult,
-    compactIdleKiB,
-    compactLoadKiB,
+    fastHeapResult,
+    fastHeapIdleKiB,
+    fastHeapLoadKiB,
     embeddedLoadKiB,
     postgresResult,
     redisResult,

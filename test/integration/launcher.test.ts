@@ -1,6 +1,6 @@
 /**
  * The installed `fencegate` command (bin/fencegate.js run as a program) starts Node with
- * the heap settings of ADR 0004: `fast` (the default) or `compact` (FENCEGATE_HEAP), a
+ * the heap settings of ADR 0004: `compact` (the default) or `fast` (FENCEGATE_HEAP), a
  * semi-space already in NODE_OPTIONS left alone, the garbage collector single-threaded
  * on 2 CPUs or fewer (FENCEGATE_GC), no allocation-site pretenuring, and an unknown value
  * refused with a message. The flags are read back from the started process's own execArgv.
@@ -32,27 +32,27 @@ function run(env: Record<string, string>): { status: number | null; argv: string
 }
 
 describe('the fencegate command', () => {
-  it('starts Node with 32 MiB semi-spaces and the old generation collected at twice its size by default', () => {
-    const fast = ['--max-semi-space-size=32', '--heap-growing-percent=100', NO_PRETENURING];
-    expect(run({}).argv).toEqual(fast);
-    expect(run({ FENCEGATE_HEAP: 'fast' }).argv).toEqual(fast);
+  it('starts Node with 8 MiB semi-spaces and the old generation collected at a 20 % growth by default', () => {
+    const compact = ['--max-semi-space-size=8', '--heap-growing-percent=20', NO_PRETENURING];
+    expect(run({}).argv).toEqual(compact);
+    expect(run({ FENCEGATE_HEAP: 'compact' }).argv).toEqual(compact);
   });
 
-  it('starts the compact heap with FENCEGATE_HEAP=compact', () => {
-    expect(run({ FENCEGATE_HEAP: 'compact' }).argv).toEqual([
-      '--max-semi-space-size=8',
-      '--heap-growing-percent=20',
+  it('starts the larger heap with FENCEGATE_HEAP=fast', () => {
+    expect(run({ FENCEGATE_HEAP: 'fast' }).argv).toEqual([
+      '--max-semi-space-size=32',
+      '--heap-growing-percent=100',
       NO_PRETENURING,
     ]);
   });
 
   it('leaves a semi-space set in NODE_OPTIONS alone', () => {
-    const r = run({ NODE_OPTIONS: `${SHOW} --max-semi-space-size=8` });
-    expect(r.argv).toEqual(['--heap-growing-percent=100', NO_PRETENURING]);
+    const r = run({ NODE_OPTIONS: `${SHOW} --max-semi-space-size=16` });
+    expect(r.argv).toEqual(['--heap-growing-percent=20', NO_PRETENURING]);
   });
 
   it('runs the garbage collector on the main thread alone on 2 CPUs or fewer, or when told to', () => {
-    const heap = ['--max-semi-space-size=32', '--heap-growing-percent=100', NO_PRETENURING];
+    const heap = ['--max-semi-space-size=8', '--heap-growing-percent=20', NO_PRETENURING];
     const byDefault = run({ FENCEGATE_GC: '' }).argv;
     if (availableParallelism() <= 2) expect(byDefault).toEqual([...heap, '--single-threaded-gc']);
     else expect(byDefault).toEqual(heap);
