@@ -33,7 +33,8 @@ export class DataPlane {
   handle(req: IncomingMessage, res: ServerResponse): void {
     const { parts } = this;
     const ex = new Exchange(req, res, parts.log, parts.trustProxy);
-    res.once('finish', () => parts.access.answered(ex));
+    // `on`, not `once`: a response finishes once, and `once` wraps each request's listener.
+    res.on('finish', () => parts.access.answered(ex));
     try {
       const pending = this.run(ex);
       if (pending !== undefined) pending.catch((err: unknown) => this.failed(ex, err));
@@ -50,7 +51,10 @@ export class DataPlane {
     const fencing = state.match.route.fencing;
     // An unfenced route passes without a promise or a microtask.
     if (fencing === null) return parts.runtimes.serve(ex, state);
-    return parts.fence(ex, state, fencing).then((refused) => {
+    // A write refused without waiting (a stale flood's) is answered with no promise either.
+    const fenced = parts.fence(ex, state, fencing);
+    if (typeof fenced === 'boolean') return fenced ? undefined : parts.runtimes.serve(ex, state);
+    return fenced.then((refused) => {
       if (!refused) return parts.runtimes.serve(ex, state);
     });
   }

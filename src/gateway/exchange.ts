@@ -98,7 +98,8 @@ export class Exchange {
 
   /** A refusal or error, as problem+json. */
   answerProblem(problem: ProblemError): void {
-    for (const [name, value] of Object.entries(problemHeaders(problem, this.req))) this.header(name, value);
+    const headers = problemHeaders(problem, this.req);
+    for (const name in headers) this.header(name, headers[name]!);
     this.answer(problem.status, PROBLEM_CONTENT_TYPE, problem.json());
   }
 }

@@ -23,9 +23,10 @@ import { Readable } from 'node:stream';
 import { readBoundedBody } from '../http/body.js';
 import { sendContinue } from '../http/continue.js';
 import { kindFor } from './kinds/index.js';
+import type { DownstreamKind, WriteSet } from './kinds/types.js';
 import { refusalRecorder } from './refusal-log.js';
 import { StaleCache } from './stale-cache.js';
-import { decide, fenceUnavailable, StaleRefusals, type Verdict } from './verdict.js';
+import { decide, fenceUnavailable, StaleRefusals, type Refusal, type Verdict } from './verdict.js';
 
 export interface FenceOptions {
   guard: StoreGuard;
@@ -41,13 +42,14 @@ export interface FenceOptions {
 
 /**
  * Fences a routed request on a route with `fencing`: true when it was refused (the
- * problem is answered), false when it goes on to its kind with `state.fence` set.
+ * problem is answered), false when it goes on to its kind with `state.fence` set. A
+ * promise only when it had to wait (the store, the barrier, the body).
  */
 export type FenceStep = (
   ex: Exchange,
   state: GatewayRequestState,
   fencing: FencingSettings,
-) => Promise<boolean>;
+) => boolean | Promise<boolean>;
 
 export function fenceStep(opts: FenceOptions): FenceStep {
   const { guard, sessions, observer, metrics, events, sequencers } = opts;
@@ -117,37 +119,94 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     return { problem, timeout: outcome === 'timeout' };
   }
 
-  return async function fenceRequest(ex, state, fencing): Promise<boolean> {
+  /** The lock's verdict: at once when it needs no waiting (known stale, a joined hold), else the store's. */
+  function verdictOf(
+    ex: Exchange,
+    route: GatewayRequestState['match']['route'],
+    lock: string,
+    recording: boolean,
+    lease: SessionLease | null,
+  ): Verdict | Promise<Verdict> {
+    return decide({
+      // route.fencing is non-null here (checked by the caller): no per-request copy of the route.
+      route: route as typeof route & { fencing: FencingSettings },
+      lock,
+      record: recording,
+      raw: ex.req,
+      request: ex,
+      lease,
+      guard,
+      sequencers,
+      cache,
+      holds,
+      refusals,
+      noSession: recording && lease === null,
+    });
+  }
+
+  /**
+   * Counts and records a refused verdict; enforced, answers it (true), in shadow mode lets
+   * the request through marked as refused (false).
+   */
+  function refused(
+    ex: Exchange,
+    state: GatewayRequestState,
+    fencing: FencingSettings,
+    verdict: Refusal,
+    locks: readonly string[],
+  ): boolean {
+    record(ex, state, verdict, fencing.enforce);
+    if (fencing.enforce) return refuse(ex, verdict.problem);
+    state.fence = { mode: 'shadow-refused', lock: verdict.lock, locks, token: verdict.token, entries: [] };
+    return false;
+  }
+
+  /**
+   * Fences a routed request: its kind names the locks it writes (from the path and headers,
+   * or from the body, read bounded), then each lock is judged. A write refused without
+   * waiting (a known-stale token: the stale flood) is answered with no promise made.
+   */
+  return function fenceRequest(ex, state, fencing) {
     const { route, params } = state.match;
     const kind = kindFor(route.upstream.kind);
     if (kind === null) throw new Error(`route "${route.name}" has an upstream of unknown kind`);
     const url = ex.req.url ?? '/';
     const q = url.indexOf('?');
-    let writes = kind.writes(route, {
+    const writes = kind.writes(route, {
       method: state.method,
       path: state.path,
       query: q < 0 ? '' : url.slice(q + 1),
       rawHeaders: ex.req.rawHeaders,
       params,
     });
-    if (writes.kind === 'needs-body') {
-      // The locks are in the body: read it (bounded), decide, and forward the same bytes.
-      sendContinue(ex.req, ex.res);
-      const read = await readBoundedBody(ex.req, ex.headers['content-length'], {
-        maxBytes: writes.maxBytes,
-        idleMs: route.upload.idleTimeoutMs,
-        totalMs: route.upload.timeoutMs,
-        what: `the body of a ${ex.method} that names its locks`,
-      });
+    if (writes.kind !== 'needs-body') return fenceWrites(ex, state, fencing, kind, writes);
+    // The locks are in the body: read it (bounded), decide, and forward the same bytes.
+    sendContinue(ex.req, ex.res);
+    return readBoundedBody(ex.req, ex.headers['content-length'], {
+      maxBytes: writes.maxBytes,
+      idleMs: route.upload.idleTimeoutMs,
+      totalMs: route.upload.timeoutMs,
+      what: `the body of a ${ex.method} that names its locks`,
+    }).then((read) => {
       if (!read.ok) {
         if (!ex.req.complete) ex.header('connection', 'close');
         return refuse(ex, read.problem);
       }
       ex.body = Readable.from([read.body]);
-      writes = writes.locks(read.body);
-    }
+      const named = writes.locks(read.body);
+      if (named.kind === 'needs-body') throw new Error(`kind "${kind.name}" asked for the body twice`);
+      return fenceWrites(ex, state, fencing, kind, named);
+    });
+  };
+
+  function fenceWrites(
+    ex: Exchange,
+    state: GatewayRequestState,
+    fencing: FencingSettings,
+    kind: DownstreamKind,
+    writes: Exclude<WriteSet, { kind: 'needs-body' }>,
+  ): boolean | Promise<boolean> {
     if (writes.kind === 'read') return false;
-    if (writes.kind === 'needs-body') throw new Error(`kind "${kind.name}" asked for the body twice`);
     if (writes.kind === 'refuse') {
       const refusal = {
         problem: writes.problem,
@@ -163,9 +222,32 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     }
     // Canonical order: two requests writing overlapping sets admit them in the same order.
     const locks = writes.locks.length === 1 ? writes.locks : [...new Set(writes.locks)].sort();
-    const inGateway = kind.fenceAt === 'gateway';
-    const recording = fencing.enforce && inGateway;
+    const first = locks[0];
+    if (first === undefined) {
+      // A write that names no lock would go through unchecked: refuse it instead.
+      return refuse(ex, new ProblemError('request-unfenceable', 'this write names no lock to fence it by'));
+    }
+    const recording = fencing.enforce && kind.fenceAt === 'gateway';
+    // An admission that records is made under this process's gateway session; without a
+    // valid one (the store has not answered a beat in time) nothing is admitted.
+    const lease = recording ? sessions.current() : null;
+    const verdict = verdictOf(ex, state.match.route, first, recording, lease);
+    if (!(verdict instanceof Promise) && !verdict.ok) return refused(ex, state, fencing, verdict, locks);
+    return admit(ex, state, fencing, kind, locks, recording, lease, verdict);
+  }
 
+  /** Judges every lock (the first's verdict given), then the barrier, then the small body. */
+  async function admit(
+    ex: Exchange,
+    state: GatewayRequestState,
+    fencing: FencingSettings,
+    kind: DownstreamKind,
+    locks: readonly string[],
+    recording: boolean,
+    lease: SessionLease | null,
+    firstVerdict: Verdict | Promise<Verdict>,
+  ): Promise<boolean> {
+    const route = state.match.route;
     // The AbortController is made only for a request that waits at the barrier: aborting
     // one builds a DOMException (with a stack), too costly to do on every response.
     let clientGone = false;
@@ -173,47 +255,23 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     const entries: InflightEntry[] = [];
     // Holds of the store's own admissions, opened to the same token's next writes once cleared.
     const fresh: Hold[] = [];
-    ex.res.once('close', () => {
+    // Registered before the first wait. `on`, not `once`: the response closes once, and
+    // `once` would wrap the listener in a bound function per request.
+    ex.res.on('close', () => {
       clientGone = true;
       gone?.abort();
       for (const e of entries) e.clientClosed();
     });
 
-    // An admission that records is made under this process's gateway session; without a
-    // valid one (the store has not answered a beat in time) nothing is admitted.
-    const lease = recording ? sessions.current() : null;
     const admitted: Extract<Verdict, { ok: true }>[] = [];
-    // route.fencing is `fencing` (checked non-null by the caller): no per-request copy of the route.
-    const fencedRoute = route as typeof route & { fencing: FencingSettings };
-    for (const lock of locks) {
-      const verdict = await decide({
-        route: fencedRoute,
-        lock,
-        record: recording,
-        raw: ex.req,
-        request: ex,
-        lease,
-        guard,
-        sequencers,
-        cache,
-        holds,
-        refusals,
-        noSession: recording && lease === null,
-      });
+    for (let i = 0; i < locks.length; i++) {
+      const lock = locks[i]!;
+      const verdict = await (i === 0 ? firstVerdict : verdictOf(ex, route, lock, recording, lease));
       if (!verdict.ok) {
         // All or nothing: the locks admitted so far are released (their fences stay raised,
         // which only ever refuses older tokens).
         for (const e of entries) e.finish();
-        record(ex, state, verdict, fencing.enforce);
-        if (fencing.enforce) return refuse(ex, verdict.problem);
-        state.fence = {
-          mode: 'shadow-refused',
-          lock: verdict.lock,
-          locks,
-          token: verdict.token,
-          entries: [],
-        };
-        return false;
+        return refused(ex, state, fencing, verdict, locks);
       }
       admitted.push(verdict);
       if (recording && lease !== null) {
@@ -228,18 +286,14 @@ export function fenceStep(opts: FenceOptions): FenceStep {
         entries.push(entry);
       }
     }
-    const first = admitted[0];
-    if (first === undefined) {
-      // A write that names no lock would go through unchecked: refuse it instead.
-      return refuse(ex, new ProblemError('request-unfenceable', 'this write names no lock to fence it by'));
-    }
+    const first = admitted[0]!;
     const token = first.token;
     if (!fencing.enforce) {
       metrics.fenceOf(route.name).admitted.n += 1;
       state.fence = { mode: 'shadow-admitted', lock: first.lock, locks, token, entries: [] };
       return false;
     }
-    if (!inGateway) {
+    if (kind.fenceAt !== 'gateway') {
       // The kind compares-and-sets inside the resource; the store judged issued/lease only.
       metrics.fenceOf(route.name).admitted.n += 1;
       state.fence = { mode: 'resource', lock: first.lock, locks, token, entries: [] };
@@ -302,7 +356,7 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     if (fresh.length < entries.length) tallies.held.n += 1;
     state.fence = { mode: 'admitted', lock: first.lock, locks, token, entries };
     return false;
-  };
+  }
 }
 
 /** A fenced write's body this small, still arriving, is read whole before it is forwarded. */

@@ -28,12 +28,24 @@ export type RecordRefusal = (
 const text = (t: FencingToken | string | null): string | null =>
   t === null ? null : typeof t === 'string' ? t : t.toString(10);
 
+/** The current time in ISO form, made once per millisecond: a stale flood refuses many writes per ms. */
+let isoMs = -1;
+let iso = '';
+function nowIso(): string {
+  const ms = Date.now();
+  if (ms !== isoMs) {
+    isoMs = ms;
+    iso = new Date(ms).toISOString();
+  }
+  return iso;
+}
+
 export function refusalRecorder(metrics: Metrics, events: EventLog): RecordRefusal {
   return (ex, state, r, enforced) => {
     const route = state.match.route.name;
     metrics.fenceOf(route).refused(r.reason, enforced).n += 1;
     events.record({
-      time: new Date().toISOString(),
+      time: nowIso(),
       type: r.drainTimeout === true ? 'drain-timeout' : 'fenced-write',
       reason: r.drainTimeout === true ? 'drain-timeout' : r.reason,
       route,

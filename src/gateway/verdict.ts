@@ -64,18 +64,28 @@ export interface VerdictInput {
 }
 
 /** A verdict that refuses the write. */
-type Refusal = Extract<Verdict, { ok: false }>;
+export type Refusal = Extract<Verdict, { ok: false }>;
 
 type Presented = { ok: true; token: FencingToken } | { ok: false; verdict: Verdict };
 
-export async function decide(input: VerdictInput): Promise<Verdict> {
-  const { route, lock, guard } = input;
-  const sequenced = route.fencing.check === 'sequencer';
-  const presented = sequenced ? await sequencerToken(input) : bareToken(input);
+/**
+ * The verdict on one lock: at once (no promise) when it needs no waiting (a refused or
+ * known-stale token, no session, a joined hold), else once the sequencer is verified or
+ * the store answered.
+ */
+export function decide(input: VerdictInput): Verdict | Promise<Verdict> {
+  if (input.route.fencing.check === 'sequencer')
+    return sequencerToken(input).then((presented) => judge(input, presented));
+  return judge(input, bareToken(input));
+}
+
+function judge(input: VerdictInput, presented: Presented): Verdict | Promise<Verdict> {
   if (!presented.ok) return presented.verdict;
+  const { route, lock } = input;
   const token = presented.token;
   // A verified sequencer is admitted as a token: stale → 409, never issued → 403.
-  const check: AdmitCheck = sequenced ? 'token' : (route.fencing.check as AdmitCheck);
+  const check: AdmitCheck =
+    route.fencing.check === 'sequencer' ? 'token' : (route.fencing.check as AdmitCheck);
   // Known stale here: the store would refuse it too (its fence and floor only rise), so
   // it is refused without asking, whatever the store's state. Only 'stale' is answered
   // from the cache: forged tokens and lease checks need the store.
@@ -96,6 +106,12 @@ export async function decide(input: VerdictInput): Promise<Verdict> {
     const hold = input.holds.join(lock, token, input.lease);
     if (hold !== null) return { ok: true, lock, token, highest: hold.highest, lowerInflight: 0, hold };
   }
+  return askStore(input, token, check);
+}
+
+/** The store's atomic admission of `token` (recorded, or judged only). */
+async function askStore(input: VerdictInput, token: FencingToken, check: AdmitCheck): Promise<Verdict> {
+  const { lock, guard } = input;
   let result;
   try {
     result = await guard.admit({

@@ -181,7 +181,7 @@ export class EventLog {
   }
 
   private appendOwned(input: EventInput, owner: string | null): void {
-    this.append(owner === null ? input : { ...input, owner });
+    this.append(input, owner ?? input.owner);
   }
 
   /** Most recent first, at most `limit`, matching `filter`. */
@@ -230,9 +230,25 @@ export class EventLog {
     return this.ring[(this.start + i) % this.capacity] as FenceEvent;
   }
 
-  private append(input: EventInput): void {
+  private append(input: EventInput, owner: string | null): void {
     this.total += 1;
-    const event: FenceEvent = { id: this.total, ...input };
+    // One literal of one shape, not a spread: a stale flood records an event per refusal.
+    const event: FenceEvent = {
+      id: this.total,
+      time: input.time,
+      type: input.type,
+      reason: input.reason,
+      route: input.route,
+      lock: input.lock,
+      token: input.token,
+      highest: input.highest,
+      enforced: input.enforced,
+      client: input.client,
+      owner,
+      method: input.method,
+      path: input.path,
+    };
+    if (input.worker !== undefined) event.worker = input.worker;
     if (this.size < this.capacity) {
       this.ring[(this.start + this.size) % this.capacity] = event;
       this.size += 1;

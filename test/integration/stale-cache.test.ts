@@ -155,7 +155,7 @@ describe.each(GATEWAY_STORES)('stale-write cache on the $name store', (factory) 
             });
             const cache = caches[o.gateway]!;
             const fromCache = cache.refuses(lock, token) !== null;
-            const verdict = await decide({
+            const decided = decide({
               route: { ...route, fencing: { ...route.fencing, check: o.check } },
               lock,
               record: o.record,
@@ -169,6 +169,9 @@ describe.each(GATEWAY_STORES)('stale-write cache on the $name store', (factory) 
               holds: noHolds,
               refusals: refusals[o.gateway]!,
             });
+            // Refused from the cache at once: no promise, no store call, no microtask.
+            if (fromCache) expect(decided).not.toBeInstanceOf(Promise);
+            const verdict = await decided;
             if (fromCache) {
               cachedRefusals += 1;
               // Refused from the cache: the store refuses it as stale too.
