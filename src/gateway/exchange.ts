@@ -89,7 +89,7 @@ export class Exchange {
 
   /** The gateway's own answer: `body` whole, with the headers set so far. */
   answer(status: number, contentType: string | null, body: string | null): void {
-    const headers: Record<string, string | number> = { ...this.ownHeaders };
+    const headers: Record<string, string | number> = this.ownHeaders === null ? {} : { ...this.ownHeaders };
     if (contentType !== null) headers['content-type'] = contentType;
     if (body !== null) headers['content-length'] = Buffer.byteLength(body);
     this.res.writeHead(status, headers);

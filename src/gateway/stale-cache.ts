@@ -52,10 +52,10 @@ export class StaleCache {
   }
 
   /** A refusal when `token` is known stale for `lock`, else null (ask the store). */
-  refuses(lock: string, token: FencingToken): CachedRefusal | null {
+  refuses(lock: string, token: FencingToken): Readonly<CachedRefusal> | null {
     const k = this.known.get(lock);
-    if (k === undefined || token >= k.below) return null;
-    return { highest: k.highest };
+    // The record itself, read-only by type: a flood's refusals allocate nothing here.
+    return k === undefined || token >= k.below ? null : k;
   }
 
   /**

@@ -127,16 +127,20 @@ export function splitRequestPath(rawPath: string): RequestPath {
   for (let i = 0; i < parts.length; i++) {
     const raw = parts[i] ?? '';
     if (raw.length === 0) continue;
-    let decoded: string;
-    try {
-      decoded = decodeURIComponent(raw);
-    } catch {
-      return { ok: false, reason: 'path has invalid percent-encoding' };
+    // Without a "%" a segment is its own decoding, and RAW_PATH already kept "/", "\\" and
+    // NUL out of it: only an encoded segment is decoded and checked for them.
+    let decoded = raw;
+    if (raw.includes('%')) {
+      try {
+        decoded = decodeURIComponent(raw);
+      } catch {
+        return { ok: false, reason: 'path has invalid percent-encoding' };
+      }
+      if (/[/\\\0]/.test(decoded))
+        return { ok: false, reason: 'path segments must not encode "/", "\\" or NUL' };
     }
     if (decoded === '.' || decoded === '..')
       return { ok: false, reason: 'path must not contain dot segments' };
-    if (/[/\\\0]/.test(decoded))
-      return { ok: false, reason: 'path segments must not encode "/", "\\" or NUL' };
     // "/.." or "../" in the decoded path (`/orders/..x`, `/a../b`, `/orders/x../`): many
     // servers and proxies treat such a path as traversal. Refused here, before routing,
     // so the fence never moves for a write the path might not reach.

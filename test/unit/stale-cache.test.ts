@@ -17,7 +17,7 @@ describe('StaleCache', () => {
   it('refuses below the highest a recorded admission reported, never the highest itself', () => {
     const c = new StaleCache();
     c.learn('a', 42n, true, admitted(42n));
-    expect(c.refuses('a', 41n)).toEqual({ highest: 42n });
+    expect(c.refuses('a', 41n)).toMatchObject({ highest: 42n });
     expect(c.refuses('a', 42n)).toBeNull();
     expect(c.refuses('a', 43n)).toBeNull();
     expect(c.refuses('b', 1n)).toBeNull();
@@ -33,20 +33,20 @@ describe('StaleCache', () => {
     const c = new StaleCache();
     // Below an epoch floor: the store's highest (3) is below the token.
     c.learn('a', 10n, true, refused('stale', 3n));
-    expect(c.refuses('a', 10n)).toEqual({ highest: 3n });
+    expect(c.refuses('a', 10n)).toMatchObject({ highest: 3n });
     expect(c.refuses('a', 11n)).toBeNull();
     c.learn('b', 10n, true, refused('stale', null));
-    expect(c.refuses('b', 5n)).toEqual({ highest: null });
+    expect(c.refuses('b', 5n)).toMatchObject({ highest: null });
     // Below the highest: everything below the highest.
     c.learn('c', 5n, false, refused('stale', 9n));
-    expect(c.refuses('c', 8n)).toEqual({ highest: 9n });
+    expect(c.refuses('c', 8n)).toMatchObject({ highest: 9n });
     expect(c.refuses('c', 9n)).toBeNull();
   });
 
   it('forged and lease refusals teach only the highest they report', () => {
     const c = new StaleCache();
     c.learn('a', 100n, true, refused('forged', 7n));
-    expect(c.refuses('a', 6n)).toEqual({ highest: 7n });
+    expect(c.refuses('a', 6n)).toMatchObject({ highest: 7n });
     expect(c.refuses('a', 7n)).toBeNull();
     c.learn('b', 5n, true, refused('lease-expired', 5n));
     expect(c.refuses('b', 5n)).toBeNull();
@@ -59,9 +59,9 @@ describe('StaleCache', () => {
     const c = new StaleCache();
     c.learn('a', 50n, true, admitted(50n));
     c.learn('a', 20n, true, refused('stale', 30n)); // an older answer arriving late
-    expect(c.refuses('a', 49n)).toEqual({ highest: 50n });
+    expect(c.refuses('a', 49n)).toMatchObject({ highest: 50n });
     c.learn('a', 60n, true, admitted(60n));
-    expect(c.refuses('a', 59n)).toEqual({ highest: 60n });
+    expect(c.refuses('a', 59n)).toMatchObject({ highest: 60n });
   });
 
   it('holds at most `capacity` locks, forgetting the least recently raised first', () => {
