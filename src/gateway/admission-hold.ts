@@ -13,19 +13,22 @@
  *   still valid, and only for `check: token` and `check: sequencer` routes (a `lease`
  *   route wants the lease's liveness judged by the store for every write);
  * - a write joins only with the same token and the same, still valid, session lease,
- *   and only within `holdMs` of the admission that opened it;
+ *   and only within `holdMs` of the admission that opened it, or, while the renewal the
+ *   hold asked for in its second half is still unanswered, within 2 × `holdMs` (so that a
+ *   slow store answer, an fsync stall, does not send the holder's writes to wait for it);
  * - the store entry is finished when the hold is closed and its last write is over:
  *   `holdMs` after it opened, at once when a write with another token (or under another
  *   session) comes for its lock, and when the session lapses (its entries stop counting
  *   anyway, and nothing joins an invalid lease).
  *
- * A joined write is therefore exactly a write the store admitted up to `holdMs` earlier
- * and that waited in this process before being forwarded, with its entry counting all
- * the while, which the barrier already allows for any write (a full upstream pool, a
- * slow upload). What it changes: a higher token admitted meanwhile waits at the barrier
- * up to `holdMs` (plus the joined writes' own time at the upstream) instead of only for
- * the writes in flight when it came, and the holder's writes in that time are applied
- * before it, as if they had arrived that much earlier.
+ * A joined write is therefore exactly a write the store admitted up to `holdMs` (2 ×
+ * `holdMs` with a renewal under way) earlier and that waited in this process before being
+ * forwarded, with its entry counting all the while, which the barrier already allows for
+ * any write (a full upstream pool, a slow upload). What it changes: a higher token
+ * admitted meanwhile waits at the barrier up to that long (plus the joined writes' own
+ * time at the upstream) instead of only for the writes in flight when it came, and the
+ * holder's writes in that time are applied before it, as if they had arrived that much
+ * earlier.
  */
 import type { FencingToken } from '../tokens.js';
 import type { SessionLease } from './session.js';
@@ -64,8 +67,10 @@ interface HoldState extends Hold {
   closed: boolean;
   /** performance.now() from which nothing joins (the timer that closes it may run late). */
   until: number;
-  /** A renewal of this hold is under way (or was made). */
+  /** A renewal of this hold was asked for (once per hold). */
   renewing: boolean;
+  /** That renewal has not been answered yet: the hold may be joined up to `holdMs` past `until`. */
+  pending: boolean;
 }
 
 export class AdmissionHolds {
@@ -113,7 +118,7 @@ export class AdmissionHolds {
     const hold = this.byLock.get(lock);
     if (hold === undefined) return null;
     const now = performance.now();
-    if (hold.token !== token || hold.lease !== lease || !lease.valid || now >= hold.until) {
+    if (hold.token !== token || hold.lease !== lease || !lease.valid || now >= this.joinableUntil(hold)) {
       this.close(hold);
       return null;
     }
@@ -145,6 +150,7 @@ export class AdmissionHolds {
       closed: false,
       until: 0,
       renewing: false,
+      pending: false,
     };
     return hold;
   }
@@ -173,12 +179,28 @@ export class AdmissionHolds {
     hold.open = true;
     hold.until = performance.now() + this.holdMs;
     this.byLock.set(hold.lock, hold);
-    setTimeout(() => this.close(hold), this.holdMs).unref();
+    this.closeAt(hold, this.holdMs);
+  }
+
+  /** Until when writes may join `hold`: its time, or another `holdMs` while its renewal is unanswered. */
+  private joinableUntil(hold: HoldState): number {
+    return hold.pending ? hold.until + this.holdMs : hold.until;
+  }
+
+  /** Closes `hold` once it may no longer be joined (checked again when the timer fires). */
+  private closeAt(hold: HoldState, ms: number): void {
+    setTimeout(() => {
+      if (hold.closed) return;
+      const left = this.joinableUntil(hold) - performance.now();
+      if (left > 0) this.closeAt(hold, left);
+      else this.close(hold);
+    }, ms).unref();
   }
 
   /** Renews `hold` at the next tick, with whatever else falls due until then. */
   private askRenewal(hold: HoldState): void {
     hold.renewing = true;
+    hold.pending = true;
     this.due.push(hold);
     if (this.tick === null) {
       this.tick = setTimeout(this.renewDue, this.tickMs);
@@ -193,27 +215,33 @@ export class AdmissionHolds {
     const renew = this.renew;
     if (renew === null) return;
     // A hold closed meanwhile (its time, another token or session) is not renewed.
-    for (const hold of due) if (this.byLock.get(hold.lock) === hold) this.renewInBackground(hold, renew);
+    for (const hold of due) {
+      if (this.byLock.get(hold.lock) === hold) this.renewInBackground(hold, renew);
+      else hold.pending = false;
+    }
   };
 
   /**
    * Renews `hold`: the fresh admission replaces it if it is still the lock's open hold.
    * Otherwise (it ran out, or another token or session came for the lock, whose write
-   * the fresh entry would only hold back at the barrier) the fresh entry is finished.
+   * the fresh entry would only hold back at the barrier) the fresh entry is finished. A
+   * renewal refused or failed leaves the hold its own time: closed at once if that is over.
    */
   private renewInBackground(hold: HoldState, renew: Renew): void {
-    renew(hold.lock, hold.token, hold.lease).then(
-      (next) => {
-        if (next === null) return;
-        if (this.byLock.get(hold.lock) !== hold || !hold.lease.valid) {
-          next.finish();
-          return;
-        }
-        this.close(hold);
-        this.install({ ...hold, ...next, users: 0, closed: false, renewing: false });
-      },
-      () => undefined,
-    );
+    const refused = () => {
+      hold.pending = false;
+      if (performance.now() >= hold.until) this.close(hold);
+    };
+    renew(hold.lock, hold.token, hold.lease).then((next) => {
+      if (next === null) return refused();
+      hold.pending = false;
+      if (this.byLock.get(hold.lock) !== hold || !hold.lease.valid) {
+        next.finish();
+        return;
+      }
+      this.close(hold);
+      this.install({ ...hold, ...next, users: 0, closed: false, renewing: false, pending: false });
+    }, refused);
   }
 
   /** No more joins; the entry is finished once its writes are over. */

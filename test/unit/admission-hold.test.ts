@@ -203,8 +203,58 @@ describe('admission holds', () => {
       vi.advanceTimersByTime(19);
       expect(holds.join('a', 5n, s1)).toBe(next); // the fresh hold runs its own 20 ms
       holds.leave(next!);
-      vi.advanceTimersByTime(1);
+      vi.advanceTimersByTime(TICK); // that join, in its second half, asked for a renewal
+      expect(asked).toHaveLength(2);
+      expect(finished).toEqual(['a@5']); // its time is over, but its renewal is unanswered
+      asked[1]!.resolve(null); // refused: the hold ends, its time being over
+      await settle();
       expect(finished).toEqual(['a@5', 'renewed']);
+      expect(holds.size).toBe(0);
+    });
+
+    it('while its renewal is unanswered a hold is joined up to another holdMs past its time, no longer', async () => {
+      const h = renewing('a', 5n); // at 12 ms of 20, its renewal made
+      holds.leave(h);
+      vi.advanceTimersByTime(10); // 22 ms: past its time, the store has not answered
+      const slow = holds.join('a', 5n, s1);
+      expect(slow).toBe(h); // joined: the store's slow answer costs the holder's writes nothing
+      holds.leave(slow!);
+      vi.advanceTimersByTime(17); // 39 ms
+      expect(holds.join('a', 5n, s1)).toBe(h);
+      holds.leave(h);
+      expect(finished).toEqual([]);
+      vi.advanceTimersByTime(1); // 40 ms: 2 × holdMs, nothing joins any more
+      expect(finished).toEqual(['a@5']);
+      expect(holds.join('a', 5n, s1)).toBeNull();
+      asked[0]!.resolve(fresh('late'));
+      await settle();
+      expect(finished).toEqual(['a@5', 'late']); // the late fresh entry is finished, not installed
+      expect(holds.size).toBe(0);
+    });
+
+    it("the renewal answered past the hold's time replaces it; refused or failed, the hold closes then", async () => {
+      const h = renewing('a', 5n);
+      vi.advanceTimersByTime(10);
+      asked[0]!.resolve(fresh('r1'));
+      await settle();
+      const next = holds.join('a', 5n, s1);
+      expect(next).not.toBe(h);
+      expect(next).not.toBeNull();
+      holds.leave(next!);
+      holds.leave(h);
+      expect(finished).toEqual(['a@5']);
+
+      const failing = new AdmissionHolds(20, () => Promise.reject(new Error('store down')));
+      const b = failing.admitted('b', 7n, s1, 7n, () => finished.push('b@7'));
+      failing.open(b);
+      vi.advanceTimersByTime(10);
+      failing.leave(failing.join('b', 7n, s1)!);
+      vi.advanceTimersByTime(TICK);
+      failing.leave(b);
+      vi.advanceTimersByTime(8); // its renewal failed: it closed at its time (and r1 ran out)
+      await settle();
+      expect(finished).toEqual(['a@5', 'r1', 'b@7']);
+      expect(failing.join('b', 7n, s1)).toBeNull();
     });
 
     it('renewals falling due within a tick are made together; a hold closed before its tick is not renewed', () => {
@@ -249,7 +299,7 @@ describe('admission holds', () => {
     it('a renewal that comes back after the hold ran out is finished; the next write asks the store', async () => {
       const h = renewing('a', 5n);
       holds.leave(h);
-      vi.advanceTimersByTime(10);
+      vi.advanceTimersByTime(30); // 2 × holdMs
       expect(finished).toEqual(['a@5']);
       asked[0]!.resolve(fresh('r1'));
       await settle();
@@ -257,7 +307,7 @@ describe('admission holds', () => {
       expect(holds.join('a', 5n, s1)).toBeNull();
 
       renewing('b', 7n);
-      vi.advanceTimersByTime(10); // it runs out; a write opens another hold for b
+      vi.advanceTimersByTime(30); // it runs out; a write opens another hold for b
       const other = admit('b', 7n, s1, 'b-other');
       holds.open(other);
       asked[1]!.resolve(fresh('r2'));
