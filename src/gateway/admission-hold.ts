@@ -17,9 +17,10 @@
  *   hold asked for in its second half is still unanswered, within 2 × `holdMs` (so that a
  *   slow store answer, an fsync stall, does not send the holder's writes to wait for it);
  * - the store entry is finished when the hold is closed and its last write is over:
- *   `holdMs` after it opened, at once when a write with another token (or under another
- *   session) comes for its lock, and when the session lapses (its entries stop counting
- *   anyway, and nothing joins an invalid lease).
+ *   `holdMs` after it opened (or when its renewal is answered, 2 × `holdMs` at most), at
+ *   once when a write with another token (or under another session) comes for its lock,
+ *   and when the session lapses (its entries stop counting anyway, and nothing joins an
+ *   invalid lease).
  *
  * A joined write is therefore exactly a write the store admitted up to `holdMs` (2 ×
  * `holdMs` with a renewal under way) earlier and that waited in this process before being
