@@ -63,6 +63,7 @@ export class ProblemError extends Error {
   readonly extra: Record<string, unknown>;
   readonly headers: Record<string, string>;
   private rendered: string | undefined;
+  private renderedBytes: number | undefined;
 
   constructor(
     code: ProblemCode,
@@ -100,6 +101,11 @@ export class ProblemError extends Error {
   /** The body as JSON, rendered on first use (a refusal answered many times is rendered once). */
   json(): string {
     return (this.rendered ??= JSON.stringify(this.toBody()));
+  }
+
+  /** The length in bytes of json(), counted once. */
+  jsonBytes(): number {
+    return (this.renderedBytes ??= Buffer.byteLength(this.json()));
   }
 }
 

@@ -87,11 +87,17 @@ export class Exchange {
     (this.ownHeaders ??= {})[name.toLowerCase()] = value;
   }
 
-  /** The gateway's own answer: `body` whole, with the headers set so far. */
-  answer(status: number, contentType: string | null, body: string | null): void {
-    const headers: Record<string, string | number> = this.ownHeaders === null ? {} : { ...this.ownHeaders };
-    if (contentType !== null) headers['content-type'] = contentType;
-    if (body !== null) headers['content-length'] = Buffer.byteLength(body);
+  /**
+   * The gateway's own answer: `body` whole (`bytes` long, counted when not given), with
+   * the headers set so far. The headers go to node as one flat list: no object is built
+   * or walked by key for an answer a stale flood gives thousands of times a second.
+   */
+  answer(status: number, contentType: string | null, body: string | null, bytes?: number): void {
+    const headers: (string | number)[] = [];
+    const own = this.ownHeaders;
+    if (own !== null) for (const name in own) headers.push(name, own[name]!);
+    if (contentType !== null) headers.push('content-type', contentType);
+    if (body !== null) headers.push('content-length', bytes ?? Buffer.byteLength(body));
     this.res.writeHead(status, headers);
     this.res.end(body ?? undefined);
   }
@@ -100,7 +106,7 @@ export class Exchange {
   answerProblem(problem: ProblemError): void {
     const headers = problemHeaders(problem, this.req);
     for (const name in headers) this.header(name, headers[name]!);
-    this.answer(problem.status, PROBLEM_CONTENT_TYPE, problem.json());
+    this.answer(problem.status, PROBLEM_CONTENT_TYPE, problem.json(), problem.jsonBytes());
   }
 }
 

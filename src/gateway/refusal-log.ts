@@ -28,6 +28,28 @@ export type RecordRefusal = (
 const text = (t: FencingToken | string | null): string | null =>
   t === null ? null : typeof t === 'string' ? t : t.toString(10);
 
+/** A refusal's tokens as the event shows them. */
+interface Shown {
+  token: string | null;
+  highest: string | null;
+}
+
+/**
+ * The tokens of each refusal value, rendered once: a stale flood answers the same refusal
+ * (verdict.ts, StaleRefusals) to every write, and its events then share two strings
+ * instead of each holding two new ones for as long as the event log keeps it.
+ */
+const shown = new WeakMap<RefusedWrite, Shown>();
+
+function shownOf(r: RefusedWrite): Shown {
+  let s = shown.get(r);
+  if (s === undefined) {
+    s = { token: text(r.token), highest: text(r.highest) };
+    shown.set(r, s);
+  }
+  return s;
+}
+
 /** The current time in ISO form, made once per millisecond: a stale flood refuses many writes per ms. */
 let isoMs = -1;
 let iso = '';
@@ -44,14 +66,15 @@ export function refusalRecorder(metrics: Metrics, events: EventLog): RecordRefus
   return (ex, state, r, enforced) => {
     const route = state.match.route.name;
     metrics.fenceOf(route).refused(r.reason, enforced).n += 1;
+    const { token, highest } = shownOf(r);
     events.record({
       time: nowIso(),
       type: r.drainTimeout === true ? 'drain-timeout' : 'fenced-write',
       reason: r.drainTimeout === true ? 'drain-timeout' : r.reason,
       route,
       lock: r.lock,
-      token: text(r.token),
-      highest: text(r.highest),
+      token,
+      highest,
       enforced,
       client: ex.ip,
       owner: null,

@@ -43,3 +43,13 @@ describe('ProblemError.expected', () => {
     expect(Error.stackTraceLimit).toBe(limit);
   });
 });
+
+describe('ProblemError.jsonBytes', () => {
+  it('is the byte length of the rendered body, not its length in characters', () => {
+    const p = new ProblemError('stale-token', 'token 5 is older than 7 for lock "größe/☃"', {
+      lock: 'größe/☃',
+    });
+    expect(p.jsonBytes()).toBe(Buffer.byteLength(p.json()));
+    expect(p.jsonBytes()).toBeGreaterThan(p.json().length);
+  });
+});

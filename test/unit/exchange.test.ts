@@ -4,10 +4,12 @@
  * the client's address after the answer finished. A throw there would be an uncaught
  * exception in a 'finish' listener: the process would exit.
  */
-import { IncomingMessage, ServerResponse } from 'node:http';
+import { createServer, IncomingMessage, ServerResponse } from 'node:http';
+import type { AddressInfo, Socket as NetSocket } from 'node:net';
 import { Socket } from 'node:net';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
+import { ProblemError } from '../../src/errors.js';
 import { Exchange } from '../../src/gateway/exchange.js';
 
 function request(headers: Record<string, string>): IncomingMessage {
@@ -50,5 +52,32 @@ describe('Exchange', () => {
     expect(body('PUT', { 'content-length': '0' })).toBe(false);
     expect(body('POST', {})).toBe(false);
     expect(body('GET', { 'content-length': '2' })).toBe(false);
+  });
+
+  it("answers a problem with its own headers, the problem's type and its length in bytes", async () => {
+    const problem = new ProblemError('stale-token', 'token 5 is older than 7 for lock "größe"', {
+      lock: 'größe',
+    });
+    const sockets = new Set<NetSocket>();
+    const server = createServer((req, res) => {
+      const ex = new Exchange(req, res, log, false);
+      ex.header('Retry-After', '1');
+      ex.answerProblem(problem);
+    });
+    server.on('connection', (s) => sockets.add(s));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = server.address() as AddressInfo;
+      const res = await fetch(`http://127.0.0.1:${port}/x`, { method: 'PUT', body: 'x' });
+      const body = Buffer.from(await res.arrayBuffer());
+      expect(res.status).toBe(409);
+      expect(res.headers.get('content-type')).toBe('application/problem+json');
+      expect(res.headers.get('retry-after')).toBe('1');
+      expect(Number(res.headers.get('content-length'))).toBe(body.length);
+      expect(body.toString('utf8')).toBe(problem.json());
+    } finally {
+      for (const s of sockets) s.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 });
