@@ -9,6 +9,7 @@
  * token is looked up after the decision (`owners`), never on the admission path: such an
  * event is recorded (and gets its id) when the lookup answers, or fails, or times out.
  */
+import { EventRing } from './event-ring.js';
 // The reasons of a `fenced-write` event are the metric's: one list (metrics.ts).
 import { FENCED_REASONS } from './metrics.js';
 
@@ -102,11 +103,8 @@ interface Waiting {
 }
 
 export class EventLog {
-  /** A circular buffer: `start` is the oldest slot once the ring is full. */
-  private readonly ring: (FenceEvent | undefined)[];
-  private start = 0;
-  private size = 0;
-  private readonly capacity: number;
+  /** The recent events (event-ring.ts: kept as fields, made into objects when read). */
+  private readonly ring: EventRing;
   private readonly listeners = new Set<(e: FenceEvent) => void>();
   private readonly logPerSecond: number;
   private readonly log: EventLogOptions['log'];
@@ -121,8 +119,7 @@ export class EventLog {
   total = 0;
 
   constructor(options: EventLogOptions = {}) {
-    this.capacity = Math.max(1, options.capacity ?? 10_000);
-    this.ring = new Array<FenceEvent | undefined>(this.capacity);
+    this.ring = new EventRing(Math.max(1, options.capacity ?? 10_000));
     this.logPerSecond = options.logPerSecond ?? 10;
     this.log = options.log;
     this.owners = options.owners;
@@ -187,9 +184,10 @@ export class EventLog {
   /** Most recent first, at most `limit`, matching `filter`. */
   recent(limit = 100, filter: EventFilter = {}): FenceEvent[] {
     const out: FenceEvent[] = [];
-    for (let i = this.size - 1; i >= 0 && out.length < limit; i--) {
-      const e = this.at(i);
-      if (filter.afterId !== undefined && e.id <= filter.afterId) break; // ids only go down from here
+    const ring = this.ring;
+    for (let i = ring.size - 1; i >= 0 && out.length < limit; i--) {
+      if (filter.afterId !== undefined && ring.idAt(i) <= filter.afterId) break; // ids only go down from here
+      const e = ring.at(i);
       if (matches(e, filter)) out.push(e);
     }
     return out;
@@ -198,10 +196,10 @@ export class EventLog {
   /** Oldest first: the retained events with an id above `afterId` that match `filter`. */
   after(afterId: number, filter: EventFilter = {}): FenceEvent[] {
     const out: FenceEvent[] = [];
-    const firstId = this.oldestId;
-    if (firstId === null) return out;
-    for (let i = Math.max(0, afterId + 1 - firstId); i < this.size; i++) {
-      const e = this.at(i);
+    const ring = this.ring;
+    if (ring.size === 0) return out;
+    for (let i = Math.max(0, afterId + 1 - ring.idAt(0)); i < ring.size; i++) {
+      const e = ring.at(i);
       if (matches(e, filter)) out.push(e);
     }
     return out;
@@ -209,12 +207,12 @@ export class EventLog {
 
   /** Id of the oldest event still in the ring, or null when it is empty. */
   get oldestId(): number | null {
-    return this.size === 0 ? null : this.at(0).id;
+    return this.ring.size === 0 ? null : this.ring.idAt(0);
   }
 
   /** Events in the ring (≤ capacity). */
   get retained(): number {
-    return this.size;
+    return this.ring.size;
   }
 
   get subscribers(): number {
@@ -226,15 +224,14 @@ export class EventLog {
     return () => this.listeners.delete(listener);
   }
 
-  private at(i: number): FenceEvent {
-    return this.ring[(this.start + i) % this.capacity] as FenceEvent;
-  }
-
+  /** Appends the event; as an object only for subscribers and the log (a flood's events are neither). */
   private append(input: EventInput, owner: string | null): void {
-    this.total += 1;
-    // One literal of one shape, not a spread: a stale flood records an event per refusal.
+    const id = (this.total += 1);
+    this.ring.push(id, input, owner);
+    const logged = this.log !== undefined && this.logSlot();
+    if (this.listeners.size === 0 && !logged) return;
     const event: FenceEvent = {
-      id: this.total,
+      id,
       time: input.time,
       type: input.type,
       reason: input.reason,
@@ -249,31 +246,27 @@ export class EventLog {
       path: input.path,
     };
     if (input.worker !== undefined) event.worker = input.worker;
-    if (this.size < this.capacity) {
-      this.ring[(this.start + this.size) % this.capacity] = event;
-      this.size += 1;
-    } else {
-      this.ring[this.start] = event;
-      this.start = (this.start + 1) % this.capacity;
-    }
     for (const l of this.listeners) l(event);
-    this.rateLimitedLog(event);
+    if (logged) this.log?.(event);
   }
 
-  private rateLimitedLog(event: FenceEvent): void {
-    if (!this.log) return;
+  /**
+   * Whether this event may be logged: at most `logPerSecond` a second; the rest are
+   * counted, and the count is logged when the next second's first event comes.
+   */
+  private logSlot(): boolean {
     const now = Date.now();
     if (now - this.windowStart >= 1000) {
-      if (this.suppressed > 0) this.log({ suppressed: this.suppressed });
+      if (this.suppressed > 0) this.log?.({ suppressed: this.suppressed });
       this.windowStart = now;
       this.windowCount = 0;
       this.suppressed = 0;
     }
     if (this.windowCount < this.logPerSecond) {
       this.windowCount += 1;
-      this.log(event);
-    } else {
-      this.suppressed += 1;
+      return true;
     }
+    this.suppressed += 1;
+    return false;
   }
 }

@@ -1,0 +1,40 @@
+/** The event log's ring: every field of an event comes back as it went in, in order, ids included. */
+import { describe, expect, it } from 'vitest';
+import { EventRing } from '../../src/observe/event-ring.js';
+import type { EventInput } from '../../src/observe/events.js';
+
+const input = (n: number, worker?: number): EventInput => ({
+  time: `2026-12-02T10:00:00.${String(n).padStart(3, '0')}Z`,
+  type: n % 2 === 0 ? 'fenced-write' : 'lease-expired',
+  reason: n % 2 === 0 ? 'stale' : 'expired',
+  route: n % 2 === 0 ? `route-${n}` : null,
+  lock: `lock:${n}`,
+  token: n % 3 === 0 ? null : String(100 + n),
+  highest: String(200 + n),
+  enforced: n % 4 !== 0,
+  client: `10.0.0.${n}`,
+  owner: null,
+  method: n % 2 === 0 ? 'PUT' : null,
+  path: n % 2 === 0 ? `/orders/${n}` : null,
+  ...(worker === undefined ? {} : { worker }),
+});
+
+describe('EventRing', () => {
+  it('gives back every field, the owner and the id of each event kept, the oldest going first when full', () => {
+    const ring = new EventRing(3);
+    for (let n = 1; n <= 5; n++) ring.push(n, input(n, n === 5 ? 2 : undefined), n === 4 ? 'worker-a' : null);
+    expect(ring.size).toBe(3);
+    expect([0, 1, 2].map((i) => ring.idAt(i))).toEqual([3, 4, 5]);
+    expect(ring.at(0)).toEqual({ id: 3, ...input(3), owner: null });
+    expect(ring.at(1)).toEqual({ id: 4, ...input(4), owner: 'worker-a' });
+    expect(ring.at(2)).toEqual({ id: 5, ...input(5, 2), owner: null });
+    expect('worker' in ring.at(0)).toBe(false);
+  });
+
+  it('keeps events in order before it is full', () => {
+    const ring = new EventRing(10);
+    ring.push(1, input(1), null);
+    ring.push(2, input(2), null);
+    expect([ring.size, ring.idAt(0), ring.at(1).lock]).toEqual([2, 1, 'lock:2']);
+  });
+});
