@@ -91,7 +91,9 @@ export function connectionTokens(value: HeaderValue): string[] {
 export function rawHeaderValues(rawHeaders: readonly string[], name: string): string[] {
   const values: string[] = [];
   for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
-    if (rawHeaders[i]?.toLowerCase() === name) values.push(rawHeaders[i + 1] ?? '');
+    const field = rawHeaders[i]!;
+    // Lower-cased only when the length matches: the other headers of every request make no string.
+    if (field.length === name.length && field.toLowerCase() === name) values.push(rawHeaders[i + 1] ?? '');
   }
   return values;
 }

@@ -27,6 +27,9 @@ describe('Fencing-Token parsing from raw headers', () => {
 
   it('rawHeaderValues keeps repeats that Node joins in req.headers', () => {
     expect(rawHeaderValues(['X-A', '1', 'x-a', '2', 'X-B', '3'], 'x-a')).toEqual(['1', '2']);
+    // In any case; a name that only shares a prefix or a length is not the header.
+    const raw = ['FENCING-TOKEN', '7', 'Fencing-Tokens', '8', 'Fencing-Tokem', '9', 'fencing-token', '10'];
+    expect(rawHeaderValues(raw, 'fencing-token')).toEqual(['7', '10']);
   });
 });
 
