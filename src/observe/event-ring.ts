@@ -3,14 +3,14 @@
  * fields of each, in one flat array made once, not as an object per event. A stale flood
  * records an event per refused write (tens of thousands a second); each kept as an object
  * lived long enough to be copied by the young-generation collector and promoted, which
- * cost a refusal about 1 µs of collector time (bench/RESULTS.md, "What limits it"). Here
- * an event costs no allocation of its own: its strings are mostly shared (the lock, the
- * tokens of a repeated refusal, the route, the client, the time within a millisecond).
- * Events are made into objects when read.
+ * cost a refusal about 1 µs of collector time (docs/adr/0013-stale-write-cache.md,
+ * addendum 3). Here an event costs no allocation of its own: its strings are mostly
+ * shared (the lock, the tokens of a repeated refusal, the route, the client, the time
+ * within a millisecond). Events are made into objects when read.
  */
 import type { EventInput, FenceEvent } from './events.js';
 
-/** The fields of one event, in slot order. */
+/** The fields of one event, in slot order: `push` writes and `at` reads them in this order. */
 const FIELDS = [
   'time',
   'type',
