@@ -73,10 +73,11 @@ const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
 const WRK_THREADS = Number(process.env.BENCH_WRK_THREADS ?? 2);
 // The latency goal compares two p99s of ~15-90 ms on this host, set by its dips: stretches of
 // 100-300 ms in which every request is 15-90 ms late, whichever server runs (each setup alone
-// for 30 s at 3 335 req/s: the bare proxy and fencegate both had them, at no GC pause of
-// theirs). One dip makes 300-1 000 requests late; a setup's p99 over 20 s is its 667th-slowest
-// request, so it was mostly how many dips landed on it (two runs 36 min apart: fencing added
-// -125 ms, then +11.7 ms). 20 slices of 2 s spread the dips over the setups more evenly.
+// for 30 s at 3 335 req/s: the bare proxy and fencegate both had them, fencegate's at no GC
+// pause of its own over 3 ms). One dip makes 300-1 000 requests late; a setup's p99 over 20 s
+// is its 667th-slowest request, so it was mostly how many dips landed on it (two runs 36 min
+// apart: fencing added -125 ms, then +11.7 ms). 20 slices of 2 s spread the dips over the
+// setups more evenly.
 const LATENCY_SLICES = Number(process.env.BENCH_LATENCY_SLICES ?? 20);
 const LATENCY_SECONDS = Number(process.env.BENCH_LATENCY_SECONDS ?? 40);
 // The goals' ratios are read from the Redis setups measured in turns: this many rounds, each
