@@ -313,4 +313,55 @@ describe('the dashboard in headless Chromium', () => {
     );
     expect(problems).toEqual([]);
   }, 180_000);
+
+  it('shows the lock page last asked for when an older listing answers after it', async () => {
+    for (let i = 0; i < 60; i++)
+      await acquire(`race-page:${String(i).padStart(2, '0')}`, `racer-${i}`, 120_000);
+    // The first listing without a prefix is held back until the prefixed one has answered
+    // and is on the table: the order a slow answer to the periodic refresh arrives in.
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let held: string | null = null;
+    await page.route('**/v1/locks?*', async (route) => {
+      const url = new URL(route.request().url());
+      if (held === null && !url.searchParams.has('prefix')) {
+        held = route.request().url();
+        await released;
+      }
+      await route.continue();
+    });
+    try {
+      await page.fill('#l-prefix', '');
+      await page.fill('#l-prefix', 'race-page:');
+      const firstPage = () => {
+        const keys = [...document.querySelectorAll('#locks tbody tr')].map(
+          (tr) => tr.children[0]?.textContent,
+        );
+        return keys.length === 50 && keys[0] === 'race-page:00' && keys[49] === 'race-page:49';
+      };
+      await page.waitForFunction(firstPage, null, { timeout: 15_000 });
+      expect(held).not.toBeNull();
+      // Now the older answer (the first 50 locks of all) arrives and is read by the page.
+      const finished = page.waitForEvent('requestfinished', (r) => r.url() === held);
+      release();
+      await finished;
+      await page.evaluate(() => new Promise((r) => setTimeout(r, 100)));
+      expect(await page.evaluate(firstPage)).toBe(true);
+      // "Next" follows the prefixed listing, not the one that answered last.
+      await page.click('#l-next');
+      await page.waitForFunction(
+        () => {
+          const rows = [...document.querySelectorAll('#locks tbody tr')].map((tr) =>
+            [...tr.children].map((td) => td.textContent),
+          );
+          return rows.length === 10 && rows[0]?.[0] === 'race-page:50' && rows[0]?.[1] === 'racer-50';
+        },
+        null,
+        { timeout: 15_000 },
+      );
+    } finally {
+      await page.unroute('**/v1/locks?*');
+    }
+    expect(problems).toEqual([]);
+  }, 60_000);
 });

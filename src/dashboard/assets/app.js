@@ -44,7 +44,8 @@
   let total = 0;
   let renderTimer = null;
   let gapNote = '';
-  const locks = { cursor: null, next: null, rows: [], fetchedAt: 0 };
+  // asked: lock-list requests made; shown: the newest whose answer is on the table.
+  const locks = { cursor: null, next: null, rows: [], fetchedAt: 0, asked: 0, shown: 0 };
   let apiKey = readKey();
   /** Aborts the running event stream (a new key starts another). */
   let stream = null;
@@ -396,14 +397,22 @@
   async function loadLocks() {
     const q = new URLSearchParams({ limit: String(LOCKS_PAGE) });
     const prefix = $('l-prefix').value;
+    const cursor = locks.cursor;
+    const ticket = ++locks.asked;
     if (prefix) q.set('prefix', prefix);
-    if (locks.cursor) q.set('cursor', locks.cursor);
+    if (cursor) q.set('cursor', cursor);
     const res = await api(`/v1/locks?${q}`);
-    if (!res.ok) {
+    const body = res.ok ? await res.json() : null;
+    // The periodic refresh, a keystroke in the prefix and a page click overlap, and their
+    // answers can arrive out of order: one is shown only if it lists what the table is now
+    // asked for and is newer than the one shown. (An older page's answer shown last left
+    // its own `next` behind, and "next page" then went to the wrong place.)
+    if (ticket < locks.shown || prefix !== $('l-prefix').value || cursor !== locks.cursor) return;
+    locks.shown = ticket;
+    if (body === null) {
       $('locks-caption').textContent = `(could not list: ${res.status})`;
       return;
     }
-    const body = await res.json();
     locks.rows = body.locks;
     locks.next = body.next;
     locks.fetchedAt = Date.now();
