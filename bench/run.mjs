@@ -39,7 +39,7 @@
  * is always measured (every ratio's reference).
  *
  * Env: BENCH_SECONDS (saturation runs, default 10), BENCH_LATENCY_SECONDS (each latency
- *      setup's total, default 20),
+ *      setup's total, default 40),
  *      BENCH_WARMUP_SECONDS (before each saturation row, default 5),
  *      BENCH_TURNS (default 16), BENCH_TURN_SECONDS (default 3), BENCH_SOAK_SECONDS (default 60), BENCH_CONNECTIONS (default 32), BENCH_WRK_THREADS
  *      (default 2), BENCH_LATENCY_SLICES (default 20), BENCH_GENERATOR_CPUS (pin the paced

@@ -526,6 +526,7 @@
     lastId = 0;
     locks.rows = [];
     locks.cursor = null;
+    locks.shown = locks.asked + 1; // nor an answer to a listing asked for under it
     renderLocks();
     void loadStatus().catch(() => undefined);
     void loadLocks().catch(() => undefined);
