@@ -7,7 +7,8 @@
  *   with `--admission-hold-ms 0` (every write asks the store, docs/adr/0016), and on Redis
  *   with `serve --workers 2` (every other row runs one process);
  * then latency at half the bare proxy's saturation rate (bare vs fenced on Redis), and
- * the fencegate process's resident memory over a 60 s run; and `kind: postgres` row writes
+ * the gateway's resident memory over 60 s of fenced writes at saturation on every store; and
+ * `kind: postgres` row writes
  * against a raw node-postgres UPDATE loop (bench/postgres-kind.mjs).
  * Prints a table and writes bench/RESULTS.md. Loopback only; every run is bounded.
  *
@@ -69,6 +70,10 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 // cost 46-71 % more CPU per request than on a process that had already served other rows).
 const WARMUP = Number(process.env.BENCH_WARMUP_SECONDS ?? 5);
 const SOAK = Number(process.env.BENCH_SOAK_SECONDS ?? 60);
+// "Flat" for the memory goal: a leak of 25 bytes a write shows as more than this much growth
+// between the two halves' lowest samples at ~8 000 writes/s; the sawtooth's troughs moved by
+// 0.9-2.4 MiB over 60 s in runs without one.
+const SOAK_FLAT_MIB = 5;
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 32);
 const WRK_THREADS = Number(process.env.BENCH_WRK_THREADS ?? 2);
 // The latency goal compares two p99s of ~15-90 ms on this host, set by its dips: stretches of
@@ -608,17 +613,43 @@ Added by fencing there: p50 **${(S['fenced, redis'].p50 - S['bare proxy'].p50).t
 ${pairedSlices(S['fenced, redis'], S['bare proxy'])}
 `);
   }
-  if (r.soakResult) {
+  if (r.soaks.length > 0) {
     // RSS follows the young generation's sawtooth (tens of MiB), so the trend is read from
     // the troughs (lowest sample of each half, after the first) and a fitted slope.
-    const settled = r.samples.slice(1).map((k) => k / 1024);
-    const halfAt = Math.floor(settled.length / 2);
-    const troughFirst = Math.min(...settled.slice(0, halfAt));
-    const troughSecond = Math.min(...settled.slice(halfAt));
-    sections.push(`## Resident memory over ${SOAK} s (fenced, redis, ${r.half} req/s paced, ${r.soakResult.total} requests, ${r.soakResult.bad} bad)
+    const trend = (samples) => {
+      const settled = samples.slice(1).map((k) => k / 1024);
+      const halfAt = Math.floor(settled.length / 2);
+      const first = Math.min(...settled.slice(0, halfAt));
+      const second = Math.min(...settled.slice(halfAt));
+      return {
+        first,
+        second,
+        growth: second - first,
+        slope: slopePerMinute(settled, 5),
+        max: Math.max(...settled),
+      };
+    };
+    const rows = r.soaks.map((x) => ({ ...x, t: trend(x.samples) }));
+    const flat = rows.every((x) => x.t.growth <= SOAK_FLAT_MIB && x.t.max <= 200 && x.result.bad === 0);
+    sections.push(`## Resident memory over ${SOAK} s at the fenced saturation rate, every store
 
-Samples every 5 s (MiB): ${r.samples.map((k) => (k / 1024).toFixed(1)).join(', ')}.
-Lowest sample of the first half vs the second (from the second sample on): ${troughFirst.toFixed(1)} → ${troughSecond.toFixed(1)} MiB (${(troughSecond - troughFirst).toFixed(1)}); fitted slope ${slopePerMinute(settled, 5).toFixed(1)} MiB/min.
+wrk as in the rows above, fenced PUTs for ${SOAK} s on each store: the Redis process after all its
+rows above, the embedded and Postgres stores on fresh processes after a ${WARMUP} s warm-up. The
+gateway's RSS is sampled every 5 s. It follows the young generation's sawtooth, so the trend is
+read from the troughs: the lowest sample of the first half against the second's (from the
+second sample on), and a fitted slope.
+
+| store | req/s | bad | RSS every 5 s, MiB | lowest, first half → second | slope MiB/min |
+|---|---|---|---|---|---|
+${rows
+  .map(
+    (x) =>
+      `| ${x.store} | ${Math.round(x.result.rps)} | ${x.result.bad} | ${x.samples.map((k) => (k / 1024).toFixed(1)).join(', ')} | ${x.t.first.toFixed(1)} → ${x.t.second.toFixed(1)} (${x.t.growth >= 0 ? '+' : ''}${x.t.growth.toFixed(1)}) | ${x.t.slope.toFixed(1)} |`,
+  )
+  .join('\n')}
+
+Goal: flat on every store (the lowest sample grows by ≤ ${SOAK_FLAT_MIB} MiB from the first half to the
+second) and ≤ 200 MiB → **${flat ? 'met' : 'not met'}** (largest sample ${Math.max(...rows.map((x) => x.t.max)).toFixed(1)} MiB).
 `);
   }
   return sections.join('\n');
@@ -925,7 +956,7 @@ routes:
   let sustained;
   let latencySustained;
   let gen;
-  if (want('latency') || want('soak')) gen = await pacedGenerator({ cwd: ROOT, cpus: GENERATOR_CPUS });
+  if (want('latency')) gen = await pacedGenerator({ cwd: ROOT, cpus: GENERATOR_CPUS });
   let fsyncs;
   if (want('latency')) {
     // The same fenced writes on a second Redis whose AOF (appendfsync always) is on tmpfs, where
@@ -997,20 +1028,41 @@ routes:
     }
   }
 
-  // Memory over a long run at half rate (the paced generator: open loop).
-  const samples = [];
-  let soakResult;
+  // Memory over SOAK s at the fenced saturation rate (wrk, as the rows), on every store: the
+  // Redis process after all its rows above, the embedded and Postgres stores on fresh processes.
+  const soaks = [];
   if (want('soak')) {
-    say(`resident memory over ${SOAK} s …`);
-    const sampler = setInterval(() => void rssKiB(redis.child.pid).then((k) => samples.push(k)), 5000);
-    soakResult = await gen.run({
-      origin: redis.data,
-      tokens,
-      rate: half,
-      seconds: SOAK,
-      connections: CONNECTIONS,
-    });
-    clearInterval(sampler);
+    const soak = async (store, gw, gwTokens) => {
+      say(`resident memory over ${SOAK} s, fenced, ${store} …`);
+      const samples = [];
+      const sampler = setInterval(() => void rssKiB(gw.child.pid).then((k) => samples.push(k)), 5000);
+      const result = await run(gw.data, { tokens: gwTokens, seconds: SOAK });
+      clearInterval(sampler);
+      soaks.push({ store, samples, result });
+    };
+    const fresh = async (store, gw, cleanup) => {
+      try {
+        const gwTokens = await acquireTokens(gw.control, 'order');
+        await run(gw.data, { tokens: gwTokens, seconds: WARMUP });
+        await soak(store, gw, gwTokens);
+      } finally {
+        await stop(gw.child);
+        await cleanup?.();
+      }
+    };
+    await soak('redis (AOF always)', redis, tokens);
+    await fresh('embedded', await fencegate(join(tmp, 'embedded-soak'), policyDir));
+    const soakSchema = `${schema}_soak`;
+    await fresh(
+      'postgres',
+      await fencegate(PG_URL, policyDir, ['--store-namespace', soakSchema]),
+      async () => {
+        const c = new pg.Client({ connectionString: PG_URL });
+        await c.connect();
+        await c.query(`DROP SCHEMA IF EXISTS "${soakSchema}" CASCADE`);
+        await c.end();
+      },
+    );
   }
   await gen?.close();
   if (redis) await stop(redis.child);
@@ -1057,8 +1109,7 @@ routes:
     sustained,
     latencySustained,
     fsyncs,
-    soakResult,
-    samples,
+    soaks,
   });
   if (ONLY === null) {
     // A hand-written "What limits it" section (profile findings) is carried over to the new results.
