@@ -135,6 +135,14 @@ async function fencegate(store, policyDir, extra = [], env = {}) {
   return { child, data: m[1], control: m[2] };
 }
 
+/** Drops a gateway's throwaway schema on the shared Postgres server. */
+async function dropSchema(name) {
+  const c = new pg.Client({ connectionString: PG_URL });
+  await c.connect();
+  await c.query(`DROP SCHEMA IF EXISTS "${name}" CASCADE`);
+  await c.end();
+}
+
 async function release(control, lease) {
   const res = await fetch(`${control}/v1/locks/${encodeURIComponent(lease.key)}/release`, {
     method: 'POST',
@@ -796,11 +804,7 @@ routes:
     );
     results.push(postgresResult);
     await stop(postgres.child);
-    // Clean up the Postgres schema.
-    const c = new pg.Client({ connectionString: PG_URL });
-    await c.connect();
-    await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await c.end();
+    await dropSchema(schema);
   }
 
   // Redis store: a private redis-server with AOF appendfsync always (the safe setting).
@@ -1053,15 +1057,8 @@ routes:
     await soak('redis (AOF always)', redis, tokens);
     await fresh('embedded', await fencegate(join(tmp, 'embedded-soak'), policyDir));
     const soakSchema = `${schema}_soak`;
-    await fresh(
-      'postgres',
-      await fencegate(PG_URL, policyDir, ['--store-namespace', soakSchema]),
-      async () => {
-        const c = new pg.Client({ connectionString: PG_URL });
-        await c.connect();
-        await c.query(`DROP SCHEMA IF EXISTS "${soakSchema}" CASCADE`);
-        await c.end();
-      },
+    await fresh('postgres', await fencegate(PG_URL, policyDir, ['--store-namespace', soakSchema]), () =>
+      dropSchema(soakSchema),
     );
   }
   await gen?.close();
