@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
   loadPolicies,
@@ -68,6 +69,66 @@ describe('path patterns', () => {
     'orders',
   ])('refuses the ambiguous request path %s', (raw) => {
     expect(splitRequestPath(raw).ok).toBe(false);
+  });
+
+  it('splits every path as the rules say: the same segments, or the same refusal', () => {
+    // The rules written plainly (a pattern for the raw characters, `split`, then each
+    // segment decoded and checked); splitRequestPath does it in one pass.
+    const byTheRules = (raw: string): ReturnType<typeof splitRequestPath> => {
+      if (!raw.startsWith('/')) return { ok: false, reason: 'path must start with "/"' };
+      if (!/^[A-Za-z0-9\-._~!$&'()*+,;=:@%/]*$/.test(raw))
+        return { ok: false, reason: 'path has characters that must be percent-encoded (such as "#")' };
+      const out: string[] = [];
+      const parts = raw.split('/');
+      for (let i = 0; i < parts.length; i++) {
+        const part = parts[i]!;
+        if (part === '') continue;
+        let decoded = part;
+        if (part.includes('%')) {
+          try {
+            decoded = decodeURIComponent(part);
+          } catch {
+            return { ok: false, reason: 'path has invalid percent-encoding' };
+          }
+          if (/[/\\\0]/.test(decoded))
+            return { ok: false, reason: 'path segments must not encode "/", "\\" or NUL' };
+        }
+        if (decoded === '.' || decoded === '..')
+          return { ok: false, reason: 'path must not contain dot segments' };
+        if (decoded.startsWith('..') || (decoded.endsWith('..') && i < parts.length - 1))
+          return { ok: false, reason: 'path has ".." at the edge of a segment' };
+        out.push(decoded);
+      }
+      return { ok: true, segments: out };
+    };
+    const pieces = [
+      '/',
+      '/',
+      'a',
+      'orders',
+      '.',
+      '..',
+      '%2e',
+      '%2F',
+      '%5c',
+      '%00',
+      '%41',
+      '%zz',
+      '%',
+      '#',
+      ' ',
+      'é',
+      '~',
+      ':',
+      '?',
+    ];
+    fc.assert(
+      fc.property(fc.boolean(), fc.array(fc.constantFrom(...pieces), { maxLength: 8 }), (rooted, parts) => {
+        const raw = (rooted ? '/' : '') + parts.join('');
+        expect(splitRequestPath(raw), raw).toEqual(byTheRules(raw));
+      }),
+      { numRuns: 20_000 },
+    );
   });
 });
 
