@@ -1,35 +1,26 @@
 /**
- * Where the event log keeps its recent events: a ring of `capacity` events stored as the
- * fields of each, in one flat array made once, not as an object per event. A stale flood
- * records an event per refused write (tens of thousands a second); each kept as an object
- * lived long enough to be copied by the young-generation collector and promoted, which
- * cost a refusal about 1 µs of collector time (docs/adr/0013-stale-write-cache.md,
- * addendum 3). Here an event costs no allocation of its own: its strings are mostly
- * shared (the lock, the tokens of a repeated refusal, the route, the client, the time
- * within a millisecond). Events are made into objects when read.
+ * Where the event log keeps its recent events: a ring of `capacity` events, each kept as
+ * its time and its "body" (every other field), in one flat array made once. A stale flood
+ * records an event per refused write (tens of thousands a second) that differ from the
+ * last one of their lock in the time alone: they share one body, so an event costs two
+ * array slots and no allocation of its own. Kept as an object per event, each lived long
+ * enough to be copied by the young-generation collector and promoted; kept as its 13
+ * fields, writing them cost a refusal about 1 µs (docs/adr/0013-stale-write-cache.md,
+ * addenda 3 and 5). Events are made into objects when read.
  */
 import type { EventInput, FenceEvent } from './events.js';
 
-/** The fields of one event, in slot order: `push` writes and `at` reads them in this order. */
-const FIELDS = [
-  'time',
-  'type',
-  'reason',
-  'route',
-  'lock',
-  'token',
-  'highest',
-  'enforced',
-  'client',
-  'owner',
-  'method',
-  'path',
-  'worker',
-] as const;
-const WIDTH = FIELDS.length;
+/** Every field of an event but its id and time; never changed once made (events share it). */
+type Body = Readonly<Omit<FenceEvent, 'id' | 'time'>>;
+
+/** Locks whose last body is kept for the next event to share. */
+const BODIES_KEPT = 1024;
 
 export class EventRing {
-  private readonly cells: unknown[];
+  /** Slot k: cells[2k] the time, cells[2k + 1] the body. */
+  private readonly cells: (string | Body | null)[];
+  /** The last body per lock (insertion order: the first is dropped when full). */
+  private readonly bodies = new Map<string, Body>();
   /** The slot of the oldest event once the ring is full. */
   private start = 0;
   /** Events kept (≤ capacity). */
@@ -39,7 +30,7 @@ export class EventRing {
 
   constructor(readonly capacity: number) {
     // Filled, not holey: one elements kind for every value an event holds.
-    this.cells = new Array<unknown>(capacity * WIDTH).fill(null);
+    this.cells = new Array<string | Body | null>(capacity * 2).fill(null);
   }
 
   /** Keeps `input` with `owner` as event `id` (one more than the last), the oldest going when full. */
@@ -53,21 +44,8 @@ export class EventRing {
       this.start = (this.start + 1) % this.capacity;
     }
     this.lastId = id;
-    const c = this.cells;
-    let i = slot * WIDTH;
-    c[i++] = input.time;
-    c[i++] = input.type;
-    c[i++] = input.reason;
-    c[i++] = input.route;
-    c[i++] = input.lock;
-    c[i++] = input.token;
-    c[i++] = input.highest;
-    c[i++] = input.enforced;
-    c[i++] = input.client;
-    c[i++] = owner;
-    c[i++] = input.method;
-    c[i++] = input.path;
-    c[i] = input.worker;
+    this.cells[slot * 2] = input.time;
+    this.cells[slot * 2 + 1] = this.bodyOf(input, owner);
   }
 
   /** The id of event `i` (0: the oldest kept). */
@@ -77,25 +55,66 @@ export class EventRing {
 
   /** Event `i` (0: the oldest kept), as a new object. */
   at(i: number): FenceEvent {
-    const c = this.cells;
-    let k = ((this.start + i) % this.capacity) * WIDTH;
-    const event = {
+    const k = ((this.start + i) % this.capacity) * 2;
+    const b = this.cells[k + 1] as Body;
+    const event: FenceEvent = {
       id: this.idAt(i),
-      time: c[k++],
-      type: c[k++],
-      reason: c[k++],
-      route: c[k++],
-      lock: c[k++],
-      token: c[k++],
-      highest: c[k++],
-      enforced: c[k++],
-      client: c[k++],
-      owner: c[k++],
-      method: c[k++],
-      path: c[k++],
-    } as FenceEvent;
-    const worker = c[k] as number | undefined;
-    if (worker !== undefined) event.worker = worker;
+      time: this.cells[k] as string,
+      type: b.type,
+      reason: b.reason,
+      route: b.route,
+      lock: b.lock,
+      token: b.token,
+      highest: b.highest,
+      enforced: b.enforced,
+      client: b.client,
+      owner: b.owner,
+      method: b.method,
+      path: b.path,
+    };
+    if (b.worker !== undefined) event.worker = b.worker;
     return event;
+  }
+
+  /** The body of `input`: its lock's last one when every field matches, else a new one. */
+  private bodyOf(input: EventInput, owner: string | null): Body {
+    const last = this.bodies.get(input.lock);
+    if (
+      last !== undefined &&
+      last.type === input.type &&
+      last.reason === input.reason &&
+      last.route === input.route &&
+      last.token === input.token &&
+      last.highest === input.highest &&
+      last.enforced === input.enforced &&
+      last.client === input.client &&
+      last.owner === owner &&
+      last.method === input.method &&
+      last.path === input.path &&
+      last.worker === input.worker
+    ) {
+      return last;
+    }
+    const body: Body = {
+      type: input.type,
+      reason: input.reason,
+      route: input.route,
+      lock: input.lock,
+      token: input.token,
+      highest: input.highest,
+      enforced: input.enforced,
+      client: input.client,
+      owner,
+      method: input.method,
+      path: input.path,
+      worker: input.worker,
+    };
+    if (last !== undefined) this.bodies.delete(input.lock);
+    else if (this.bodies.size >= BODIES_KEPT) {
+      const oldest = this.bodies.keys().next();
+      if (oldest.done !== true) this.bodies.delete(oldest.value);
+    }
+    this.bodies.set(input.lock, body);
+    return body;
   }
 }

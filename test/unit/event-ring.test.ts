@@ -31,6 +31,32 @@ describe('EventRing', () => {
     expect('worker' in ring.at(0)).toBe(false);
   });
 
+  it('gives back each field as it went in when events of one lock differ in one field only', () => {
+    // Events of a lock that repeat its last one but for the time share what they hold:
+    // each field that differs must still come back as it went in.
+    const base = { ...input(2), lock: 'lock:same' };
+    const changes: Partial<EventInput>[] = [
+      { time: '2026-12-02T10:00:01.000Z' },
+      { type: 'drain-timeout' },
+      { token: '999' },
+      { highest: '1000' },
+      { path: '/orders/other' },
+      { client: '10.9.9.9' },
+      { enforced: !base.enforced },
+      { reason: 'forged' },
+      { method: 'POST' },
+      { route: 'other-route' },
+      { worker: 3 },
+    ];
+    // Each change right after the event it changes, and the owner alone changed once.
+    const events: [EventInput, string | null][] = [[base, null]];
+    for (const change of changes) events.push([{ ...base, ...change }, null], [base, null]);
+    events.push([base, 'someone'], [base, null]);
+    const ring = new EventRing(events.length);
+    events.forEach(([e, owner], n) => ring.push(n + 1, e, owner));
+    events.forEach(([e, owner], n) => expect(ring.at(n)).toEqual({ id: n + 1, ...e, owner }));
+  });
+
   it('keeps events in order before it is full', () => {
     const ring = new EventRing(10);
     ring.push(1, input(1), null);
