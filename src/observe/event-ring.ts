@@ -56,24 +56,8 @@ export class EventRing {
   /** Event `i` (0: the oldest kept), as a new object. */
   at(i: number): FenceEvent {
     const k = ((this.start + i) % this.capacity) * 2;
-    const b = this.cells[k + 1] as Body;
-    const event: FenceEvent = {
-      id: this.idAt(i),
-      time: this.cells[k] as string,
-      type: b.type,
-      reason: b.reason,
-      route: b.route,
-      lock: b.lock,
-      token: b.token,
-      highest: b.highest,
-      enforced: b.enforced,
-      client: b.client,
-      owner: b.owner,
-      method: b.method,
-      path: b.path,
-    };
-    if (b.worker !== undefined) event.worker = b.worker;
-    return event;
+    const body = this.cells[k + 1] as Body;
+    return fenceEvent(this.idAt(i), this.cells[k] as string, body, body.owner);
   }
 
   /** The body of `input`: its lock's last one when every field matches, else a new one. */
@@ -117,4 +101,30 @@ export class EventRing {
     this.bodies.set(input.lock, body);
     return body;
   }
+}
+
+/** An event as its readers get it, made of `fields` (the owner aside): a new object, `worker` only when set. */
+export function fenceEvent(
+  id: number,
+  time: string,
+  fields: Omit<FenceEvent, 'id' | 'time' | 'owner'>,
+  owner: string | null,
+): FenceEvent {
+  const event: FenceEvent = {
+    id,
+    time,
+    type: fields.type,
+    reason: fields.reason,
+    route: fields.route,
+    lock: fields.lock,
+    token: fields.token,
+    highest: fields.highest,
+    enforced: fields.enforced,
+    client: fields.client,
+    owner,
+    method: fields.method,
+    path: fields.path,
+  };
+  if (fields.worker !== undefined) event.worker = fields.worker;
+  return event;
 }

@@ -9,7 +9,7 @@
  * token is looked up after the decision (`owners`), never on the admission path: such an
  * event is recorded (and gets its id) when the lookup answers, or fails, or times out.
  */
-import { EventRing } from './event-ring.js';
+import { EventRing, fenceEvent } from './event-ring.js';
 // The reasons of a `fenced-write` event are the metric's: one list (metrics.ts).
 import { FENCED_REASONS } from './metrics.js';
 
@@ -230,22 +230,7 @@ export class EventLog {
     this.ring.push(id, input, owner);
     const logged = this.log !== undefined && this.logSlot();
     if (this.listeners.size === 0 && !logged) return;
-    const event: FenceEvent = {
-      id,
-      time: input.time,
-      type: input.type,
-      reason: input.reason,
-      route: input.route,
-      lock: input.lock,
-      token: input.token,
-      highest: input.highest,
-      enforced: input.enforced,
-      client: input.client,
-      owner,
-      method: input.method,
-      path: input.path,
-    };
-    if (input.worker !== undefined) event.worker = input.worker;
+    const event = fenceEvent(id, input.time, input, owner);
     for (const l of this.listeners) l(event);
     if (logged) this.log?.(event);
   }
