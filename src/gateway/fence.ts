@@ -26,7 +26,15 @@ import { kindFor } from './kinds/index.js';
 import type { DownstreamKind, WriteSet } from './kinds/types.js';
 import { refusalRecorder } from './refusal-log.js';
 import { StaleCache } from './stale-cache.js';
-import { decide, fenceUnavailable, StaleRefusals, type Refusal, type Verdict } from './verdict.js';
+import {
+  decide,
+  fenceUnavailable,
+  refusalNow,
+  StaleRefusals,
+  type Refusal,
+  type Verdict,
+  type VerdictInput,
+} from './verdict.js';
 
 export interface FenceOptions {
   guard: StoreGuard;
@@ -45,11 +53,16 @@ export interface FenceOptions {
  * problem is answered), false when it goes on to its kind with `state.fence` set. A
  * promise only when it had to wait (the store, the barrier, the body).
  */
-export type FenceStep = (
-  ex: Exchange,
-  state: GatewayRequestState,
-  fencing: FencingSettings,
-) => boolean | Promise<boolean>;
+export interface FenceStep {
+  (ex: Exchange, state: GatewayRequestState, fencing: FencingSettings): boolean | Promise<boolean>;
+  /**
+   * Refuses `ex` now when its refusal needs no waiting and no change of state (a missing,
+   * malformed or known-stale token on an enforced route, a write naming no lock, no
+   * session): true when it was refused and answered; false when it would have to wait or
+   * go on, and nothing was done, recorded or answered (the refusal lane, lane.ts).
+   */
+  refuseNow(ex: Exchange, state: GatewayRequestState, fencing: FencingSettings): boolean;
+}
 
 export function fenceStep(opts: FenceOptions): FenceStep {
   const { guard, sessions, observer, metrics, events, sequencers } = opts;
@@ -119,15 +132,15 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     return { problem, timeout: outcome === 'timeout' };
   }
 
-  /** The lock's verdict: at once when it needs no waiting (known stale, a joined hold), else the store's. */
-  function verdictOf(
+  /** What the verdict on `lock` is made from. */
+  function verdictInput(
     ex: Exchange,
     route: GatewayRequestState['match']['route'],
     lock: string,
     recording: boolean,
     lease: SessionLease | null,
-  ): Verdict | Promise<Verdict> {
-    return decide({
+  ): VerdictInput {
+    return {
       // route.fencing is non-null here (checked by the caller): no per-request copy of the route.
       route: route as typeof route & { fencing: FencingSettings },
       lock,
@@ -141,7 +154,35 @@ export function fenceStep(opts: FenceOptions): FenceStep {
       holds,
       refusals,
       noSession: recording && lease === null,
-    });
+    };
+  }
+
+  /** The lock's verdict: at once when it needs no waiting (known stale, a joined hold), else the store's. */
+  function verdictOf(
+    ex: Exchange,
+    route: GatewayRequestState['match']['route'],
+    lock: string,
+    recording: boolean,
+    lease: SessionLease | null,
+  ): Verdict | Promise<Verdict> {
+    return decide(verdictInput(ex, route, lock, recording, lease));
+  }
+
+  /**
+   * A write whose locks cannot be read from it (the kind said why): counted and recorded;
+   * enforced, answered (true); in shadow mode let through marked as refused (false).
+   */
+  function refusedUnread(
+    ex: Exchange,
+    state: GatewayRequestState,
+    fencing: FencingSettings,
+    problem: ProblemError,
+  ): boolean {
+    const refusal = { problem, reason: 'malformed' as const, lock: '', token: null, highest: null };
+    record(ex, state, refusal, fencing.enforce);
+    if (fencing.enforce) return refuse(ex, problem);
+    state.fence = { mode: 'shadow-refused', lock: null, locks: [], token: null, entries: [] };
+    return false;
   }
 
   /**
@@ -166,26 +207,16 @@ export function fenceStep(opts: FenceOptions): FenceStep {
    * or from the body, read bounded), then each lock is judged. A write refused without
    * waiting (a known-stale token: the stale flood) is answered with no promise made.
    */
-  return function fenceRequest(ex, state, fencing) {
-    const { route, params } = state.match;
-    const kind = kindFor(route.upstream.kind);
-    if (kind === null) throw new Error(`route "${route.name}" has an upstream of unknown kind`);
-    const url = ex.req.url ?? '/';
-    const q = url.indexOf('?');
-    const writes = kind.writes(route, {
-      method: state.method,
-      path: state.path,
-      query: q < 0 ? '' : url.slice(q + 1),
-      rawHeaders: ex.req.rawHeaders,
-      params,
-    });
+  const fenceRequest: FenceStep = (ex, state, fencing) => {
+    const kind = kindOf(state);
+    const writes = writeSet(ex, state, kind);
     if (writes.kind !== 'needs-body') return fenceWrites(ex, state, fencing, kind, writes);
     // The locks are in the body: read it (bounded), decide, and forward the same bytes.
     sendContinue(ex.req, ex.res);
     return readBoundedBody(ex.req, ex.headers['content-length'], {
       maxBytes: writes.maxBytes,
-      idleMs: route.upload.idleTimeoutMs,
-      totalMs: route.upload.timeoutMs,
+      idleMs: state.match.route.upload.idleTimeoutMs,
+      totalMs: state.match.route.upload.timeoutMs,
       what: `the body of a ${ex.method} that names its locks`,
     }).then((read) => {
       if (!read.ok) {
@@ -199,6 +230,23 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     });
   };
 
+  fenceRequest.refuseNow = (ex, state, fencing) => {
+    // Shadow mode lets refusals through: nothing to answer now.
+    if (!fencing.enforce) return false;
+    const kind = kindOf(state);
+    const writes = writeSet(ex, state, kind);
+    if (writes.kind === 'needs-body' || writes.kind === 'read') return false;
+    if (writes.kind === 'refuse') return refusedUnread(ex, state, fencing, writes.problem);
+    const locks = lockOrder(writes.locks);
+    const first = locks[0];
+    if (first === undefined) return refuse(ex, noLock());
+    const recording = kind.fenceAt === 'gateway';
+    const lease = recording ? sessions.current() : null;
+    const verdict = refusalNow(verdictInput(ex, state.match.route, first, recording, lease));
+    return verdict !== null && refused(ex, state, fencing, verdict, locks);
+  };
+  return fenceRequest;
+
   function fenceWrites(
     ex: Exchange,
     state: GatewayRequestState,
@@ -207,26 +255,10 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     writes: Exclude<WriteSet, { kind: 'needs-body' }>,
   ): boolean | Promise<boolean> {
     if (writes.kind === 'read') return false;
-    if (writes.kind === 'refuse') {
-      const refusal = {
-        problem: writes.problem,
-        reason: 'malformed' as const,
-        lock: '',
-        token: null,
-        highest: null,
-      };
-      record(ex, state, refusal, fencing.enforce);
-      if (fencing.enforce) return refuse(ex, writes.problem);
-      state.fence = { mode: 'shadow-refused', lock: null, locks: [], token: null, entries: [] };
-      return false;
-    }
-    // Canonical order: two requests writing overlapping sets admit them in the same order.
-    const locks = writes.locks.length === 1 ? writes.locks : [...new Set(writes.locks)].sort();
+    if (writes.kind === 'refuse') return refusedUnread(ex, state, fencing, writes.problem);
+    const locks = lockOrder(writes.locks);
     const first = locks[0];
-    if (first === undefined) {
-      // A write that names no lock would go through unchecked: refuse it instead.
-      return refuse(ex, new ProblemError('request-unfenceable', 'this write names no lock to fence it by'));
-    }
+    if (first === undefined) return refuse(ex, noLock());
     const recording = fencing.enforce && kind.fenceAt === 'gateway';
     // An admission that records is made under this process's gateway session; without a
     // valid one (the store has not answered a beat in time) nothing is admitted.
@@ -372,6 +404,37 @@ function smallBodyOnItsWay(ex: Exchange): boolean {
   if (req.complete || req.headers.expect !== undefined) return false;
   const length = req.headers['content-length'];
   return length !== undefined && /^[0-9]{1,6}$/.test(length) && Number(length) <= SMALL_BODY_BYTES;
+}
+
+/** The kind of the route's upstream. */
+function kindOf(state: GatewayRequestState): DownstreamKind {
+  const route = state.match.route;
+  const kind = kindFor(route.upstream.kind);
+  if (kind === null) throw new Error(`route "${route.name}" has an upstream of unknown kind`);
+  return kind;
+}
+
+/** The locks a routed request writes, as its kind reads them from the path and headers. */
+function writeSet(ex: Exchange, state: GatewayRequestState, kind: DownstreamKind): WriteSet {
+  const url = ex.req.url ?? '/';
+  const q = url.indexOf('?');
+  return kind.writes(state.match.route, {
+    method: state.method,
+    path: state.path,
+    query: q < 0 ? '' : url.slice(q + 1),
+    rawHeaders: ex.req.rawHeaders,
+    params: state.match.params,
+  });
+}
+
+/** Canonical order: two requests writing overlapping sets admit them in the same order. */
+function lockOrder(locks: readonly string[]): readonly string[] {
+  return locks.length === 1 ? locks : [...new Set(locks)].sort();
+}
+
+/** A write that names no lock would go through unchecked: it is refused instead. */
+function noLock(): ProblemError {
+  return new ProblemError('request-unfenceable', 'this write names no lock to fence it by');
 }
 
 /** Answers the refusal; true: the request was refused. */

@@ -66,7 +66,7 @@ export interface VerdictInput {
 /** A verdict that refuses the write. */
 export type Refusal = Extract<Verdict, { ok: false }>;
 
-type Presented = { ok: true; token: FencingToken } | { ok: false; verdict: Verdict };
+type Presented = { ok: true; token: FencingToken } | { ok: false; verdict: Refusal };
 
 /**
  * The verdict on one lock: at once (no promise) when it needs no waiting (a refused or
@@ -79,16 +79,25 @@ export function decide(input: VerdictInput): Verdict | Promise<Verdict> {
   return judge(input, bareToken(input));
 }
 
-function judge(input: VerdictInput, presented: Presented): Verdict | Promise<Verdict> {
-  if (!presented.ok) return presented.verdict;
-  const { route, lock } = input;
-  const token = presented.token;
-  // A verified sequencer is admitted as a token: stale → 409, never issued → 403.
-  const check: AdmitCheck =
-    route.fencing.check === 'sequencer' ? 'token' : (route.fencing.check as AdmitCheck);
-  // Known stale here: the store would refuse it too (its fence and floor only rise), so
-  // it is refused without asking, whatever the store's state. Only 'stale' is answered
-  // from the cache: forged tokens and lease checks need the store.
+/**
+ * The verdict when it needs no waiting and changes nothing: a refusal of a missing,
+ * malformed or known-stale token, or of a write with no session to record it under;
+ * null when the store (or a hold, or a sequencer's verification) must judge. What the
+ * refusal lane answers before node:http sees the request (lane.ts).
+ */
+export function refusalNow(input: VerdictInput): Refusal | null {
+  if (input.route.fencing.check === 'sequencer') return null;
+  const presented = bareToken(input);
+  return presented.ok ? refusedAtOnce(input, presented.token) : presented.verdict;
+}
+
+/**
+ * Known stale here: the store would refuse it too (its fence and floor only rise), so it
+ * is refused without asking, whatever the store's state. Only 'stale' is answered from
+ * the cache: forged tokens and lease checks need the store.
+ */
+function refusedAtOnce(input: VerdictInput, token: FencingToken): Refusal | null {
+  const { lock } = input;
   const known = input.cache.refuses(lock, token);
   if (known !== null) return input.refusals.of(lock, token, known.highest);
   if (input.noSession) {
@@ -100,6 +109,18 @@ function judge(input: VerdictInput, presented: Presented): Verdict | Promise<Ver
     );
     return { ok: false, problem, reason: 'unavailable', lock, token, highest: null };
   }
+  return null;
+}
+
+function judge(input: VerdictInput, presented: Presented): Verdict | Promise<Verdict> {
+  if (!presented.ok) return presented.verdict;
+  const { route, lock } = input;
+  const token = presented.token;
+  // A verified sequencer is admitted as a token: stale → 409, never issued → 403.
+  const check: AdmitCheck =
+    route.fencing.check === 'sequencer' ? 'token' : (route.fencing.check as AdmitCheck);
+  const refused = refusedAtOnce(input, token);
+  if (refused !== null) return refused;
   // The same token as an admission of this process whose entry still counts: admitted
   // without asking (a `lease` check wants the store to judge liveness every time).
   if (input.record && input.lease !== null && check === 'token') {
@@ -184,7 +205,7 @@ export class StaleRefusals {
   }
 
   /** The stale refusal of `token` on `lock`, `highest` being the store's answer or the cache's (a lower bound). */
-  of(lock: string, token: FencingToken, highest: FencingToken | null): Verdict {
+  of(lock: string, token: FencingToken, highest: FencingToken | null): Refusal {
     const kept = this.last.get(lock);
     if (kept !== undefined && kept.token === token && kept.highest === highest) return kept;
     const verdict = staleRefusal(lock, token, highest);
@@ -226,7 +247,7 @@ function bareToken({ route, lock, raw }: VerdictInput): Presented {
  * never enough here; sent along with a sequencer it must be the sequencer's token.
  */
 async function sequencerToken({ route, lock, raw, sequencers }: VerdictInput): Promise<Presented> {
-  const no = (verdict: Verdict): Presented => ({ ok: false, verdict });
+  const no = (verdict: Refusal): Presented => ({ ok: false, verdict });
   const presented = readFencingSequencer(raw.rawHeaders);
   if (presented.kind === 'missing') {
     const alone = rawHeaderValues(raw.rawHeaders, FENCING_TOKEN).length > 0;
