@@ -14,6 +14,7 @@ import type { AccessRecorder } from './access.js';
 import { Exchange } from './exchange.js';
 import type { FenceStep } from './fence.js';
 import { routeRequest } from './routing.js';
+import { installRefusalLane } from './lane.js';
 import type { KindRuntimes } from './runtimes.js';
 
 export interface DataPlaneParts {
@@ -41,6 +42,34 @@ export class DataPlane {
     } catch (err) {
       this.failed(ex, err);
     }
+  }
+
+  /**
+   * Answers now a request whose answer needs no waiting: refused by routing, or by the
+   * fence from its headers alone (a stale flood's writes). True when it was answered and
+   * counted; false when it would wait or go upstream, and nothing was done: `handle`
+   * serves it then, from the start (the refusal lane, lane.ts).
+   */
+  answerNow(req: IncomingMessage, res: ServerResponse): boolean {
+    const { parts } = this;
+    const ex = new Exchange(req, res, parts.log, parts.trustProxy);
+    try {
+      if (!this.refusedNow(ex)) return false;
+    } catch (err) {
+      this.failed(ex, err);
+    }
+    if (ex.sent) parts.access.answered(ex);
+    return true;
+  }
+
+  private refusedNow(ex: Exchange): boolean {
+    const { parts } = this;
+    const state = routeRequest(ex, parts.policy.current);
+    if (state === null) return true;
+    const fencing = state.match.route.fencing;
+    if (fencing === null) return false;
+    ex.state = state;
+    return parts.fence.refuseNow(ex, state, fencing);
   }
 
   private run(ex: Exchange): void | Promise<void> {
@@ -79,18 +108,21 @@ export class DataPlane {
 }
 
 /**
- * Puts `plane` in front of `app`'s own request handling. While the app closes, requests
+ * Puts `plane` in front of `app`'s own request handling, and (`lane`) the refusal lane in
+ * front of node:http's reading of each connection. While the app closes, requests
  * go to fastify, which answers 503 with `Connection: close` (return503OnClosing). A
  * catch-all route hands fastify's own requests (inject(), and the extra servers fastify
  * makes when listening on a name with several addresses) to the plane as well.
  */
-export function installDataPlane(app: FastifyInstance, plane: DataPlane): void {
+export function installDataPlane(app: FastifyInstance, plane: DataPlane, opts: { lane: boolean }): void {
   const server = app.server;
   const viaFastify = server.listeners('request') as ((req: IncomingMessage, res: ServerResponse) => void)[];
   server.removeAllListeners('request');
+  const lane = opts.lane ? installRefusalLane(server, (req, res) => plane.answerNow(req, res)) : null;
   let closing = false;
   app.addHook('preClose', (done) => {
     closing = true;
+    lane?.close();
     done();
   });
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {

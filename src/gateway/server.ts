@@ -60,6 +60,8 @@ export interface GatewayOptions {
   tls?: ListenerTls | null;
   /** --upstream-ca: trusted besides the built-in roots by https upstreams without their own `tls.ca`. */
   upstreamCa?: CaBundle | null;
+  /** Answer refusals that need no waiting below node:http (lane.ts). Default true. */
+  refusalLane?: boolean;
 }
 
 export async function createGateway(opts: GatewayOptions): Promise<FastifyInstance> {
@@ -141,6 +143,7 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   installDataPlane(
     app,
     new DataPlane({ policy: opts.policy, fence, runtimes, access, log: app.log, trustProxy }),
+    { lane: opts.refusalLane ?? true },
   );
   return app;
 }

@@ -3,6 +3,7 @@
  * records what reached it, a policy written to a temp directory pointing at it,
  * and createGateway listening on port 0 over a given store.
  */
+import type { ListenerTls } from '../../src/http/tls.js';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
@@ -106,6 +107,10 @@ export async function startGateway(opts: {
   sequencerKeys?: KeyRing | null;
   /** Default: the gateway's (ADMISSION_HOLD_MS). */
   admissionHoldMs?: number;
+  /** Default: the gateway's (on). */
+  refusalLane?: boolean;
+  /** TLS for the data listener (default: plain HTTP). */
+  tls?: ListenerTls;
 }): Promise<TestGateway> {
   const dir = await mkdtemp(join(tmpdir(), 'fg-gw-'));
   const file = join(dir, 'policy.yaml');
@@ -129,11 +134,13 @@ export async function startGateway(opts: {
     session: opts.session,
     sequencerKeys: opts.sequencerKeys,
     admissionHoldMs: opts.admissionHoldMs,
+    refusalLane: opts.refusalLane,
+    tls: opts.tls,
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   const port = (app.server.address() as AddressInfo).port;
   return {
-    url: `http://127.0.0.1:${port}`,
+    url: `${opts.tls === undefined ? 'http' : 'https'}://127.0.0.1:${port}`,
     port,
     app,
     metrics,

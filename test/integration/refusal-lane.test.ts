@@ -1,0 +1,389 @@
+/**
+ * The refusal lane (src/gateway/lane.ts) answers below node:http what needs no waiting.
+ * Held to node:http itself: the same bytes, sent the same way to a gateway with the lane
+ * and to one without it, get the same answers (Date and request ids aside), close the
+ * connection the same way, forward the same requests upstream, and count and record the
+ * same. Then what only the lane does: handing a connection on mid-stream, closing.
+ */
+import { connect } from 'node:net';
+import { connect as connectTls } from 'node:tls';
+import { ListenerTls } from '../../src/http/tls.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { FencingToken } from '../../src/tokens.js';
+import {
+  mint,
+  ordersPolicy,
+  send,
+  startGateway,
+  startUpstream,
+  type TestGateway,
+  type TestUpstream,
+} from '../helpers/gateway-harness.js';
+import { MemoryStore } from '../helpers/memory-store.js';
+import { makeTestCerts } from '../helpers/tls-certs.js';
+
+interface Exchanged {
+  /** Everything received, with Date values and request ids made constant. */
+  received: string;
+  /** The gateway closed the connection. */
+  closed: boolean;
+}
+
+/** Sends `parts` on one connection, `gapMs` apart, and collects what comes back until it closes or goes quiet. */
+function exchange(port: number, parts: (string | Buffer)[], gapMs = 40, quietMs = 250): Promise<Exchanged> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1');
+    let received = '';
+    let quiet: NodeJS.Timeout | undefined;
+    const done = (closed: boolean) => {
+      clearTimeout(quiet);
+      socket.destroy();
+      resolve({ received: normalize(received), closed });
+    };
+    const wait = () => {
+      clearTimeout(quiet);
+      quiet = setTimeout(() => done(false), quietMs);
+    };
+    socket.on('data', (d: Buffer) => {
+      received += d.toString('latin1');
+      wait();
+    });
+    socket.on('end', () => done(true));
+    socket.on('error', reject);
+    let i = 0;
+    const next = () => {
+      if (socket.destroyed) return;
+      if (i === parts.length) return wait();
+      socket.write(parts[i++]!);
+      setTimeout(next, gapMs);
+    };
+    next();
+  });
+}
+
+function normalize(text: string): string {
+  return text
+    .replace(/^(date): [^\r]*/gim, '$1: *')
+    .replace(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/g, '<uuid>');
+}
+
+/** Status codes of every answer received, in order. */
+const statuses = (received: string) =>
+  [...received.matchAll(/HTTP\/1\.[01] (\d{3}) /g)].map((m) => Number(m[1]));
+
+/** The request and fenced-write counters, as /metrics shows them. */
+async function counters(gw: TestGateway): Promise<string[]> {
+  const text = await gw.metrics.registry.metrics();
+  return text
+    .split('\n')
+    .filter((l) => /^fencegate_(requests|fenced_writes|admitted_writes)_total\{/.test(l));
+}
+
+function events(gw: TestGateway) {
+  return gw.events.recent(1000).map(({ id: _id, time: _time, ...rest }) => rest);
+}
+
+describe('the refusal lane answers as node:http does', () => {
+  const store = new MemoryStore();
+  const upstreams: TestUpstream[] = [];
+  let lane: TestGateway;
+  let node: TestGateway;
+  let stale: FencingToken;
+  let current: FencingToken;
+
+  beforeAll(async () => {
+    upstreams.push(await startUpstream(), await startUpstream());
+    lane = await startGateway({ store, policy: ordersPolicy(upstreams[0]!.url) });
+    node = await startGateway({ store, policy: ordersPolicy(upstreams[1]!.url), refusalLane: false });
+    stale = (await mint(store, 'order:1')).token;
+    current = (await mint(store, 'order:1')).token;
+    await mint(store, 'shadow:1');
+    // Both gateways learn that `stale` is stale: each admits the current token once.
+    for (const gw of [lane, node]) {
+      const res = await send(gw, 'PUT', '/orders/1', { 'fencing-token': String(current) }, 'x');
+      expect(res.status).toBe(200);
+    }
+  });
+
+  afterAll(async () => {
+    await lane.close();
+    await node.close();
+    for (const u of upstreams) await u.close();
+  });
+
+  const put = (token: FencingToken | string, extra = '', body = 'x', path = '/orders/1') =>
+    `PUT ${path} HTTP/1.1\r\nHost: gw\r\nFencing-Token: ${token}\r\nContent-Length: ${body.length}\r\n${extra}\r\n${body}`;
+
+  /**
+   * Each case: its name, how many of its requests node:http still reads on the lane's
+   * gateway (the rest the lane answered), and its bytes, in the reads they are sent in.
+   */
+  const cases: [string, number, () => (string | Buffer)[]][] = [
+    ['three stale writes in one read', 0, () => [put(stale) + put(stale) + put(stale)]],
+    [
+      'a stale write whose body arrives later, then another',
+      0,
+      () => {
+        const whole = put(stale, '', 'abcdefghij');
+        return [whole.slice(0, -6), whole.slice(-6) + put(stale)];
+      },
+    ],
+    [
+      'a stale write with a large body in pieces, then another',
+      0,
+      () => {
+        const body = 'b'.repeat(200_000);
+        const whole = put(stale, '', body);
+        return [whole.slice(0, 70_000), whole.slice(70_000, 150_000), whole.slice(150_000) + put(stale)];
+      },
+    ],
+    ['a stale write, an admitted one, a stale one', 2, () => [put(stale) + put(current) + put(stale)]],
+    ['a stale write, then an admitted one in the next read', 2, () => [put(stale), put(current), put(stale)]],
+    [
+      'Connection: close, with a write pipelined after it',
+      0,
+      () => [put(stale, 'Connection: close\r\n') + put(stale)],
+    ],
+    [
+      'no route, and HEAD with no route',
+      0,
+      () => [
+        'PUT /nothing HTTP/1.1\r\nHost: gw\r\nContent-Length: 0\r\n\r\n',
+        'HEAD /nothing HTTP/1.1\r\nHost: gw\r\n\r\n',
+      ],
+    ],
+    [
+      'no token, a malformed token',
+      0,
+      () => ['PUT /orders/1 HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\n\r\nx', put('12abc')],
+    ],
+    ['no Host header', 0, () => ['PUT /orders/1 HTTP/1.1\r\nFencing-Token: 1\r\nContent-Length: 0\r\n\r\n']],
+    ['a _method query', 0, () => [put(stale, '', 'x', '/orders/1?_method=DELETE')]],
+    [
+      'a lock key that is not UTF-8',
+      0,
+      () => [
+        Buffer.concat([
+          Buffer.from('PUT /tenants/items/1 HTTP/1.1\r\nHost: gw\r\nx-tenant: ', 'latin1'),
+          Buffer.from([0xe9]),
+          Buffer.from(`\r\nFencing-Token: ${stale}\r\nContent-Length: 0\r\n\r\n`, 'latin1'),
+        ]),
+      ],
+    ],
+    [
+      'HTTP/1.0',
+      1,
+      () => [`PUT /orders/1 HTTP/1.0\r\nHost: gw\r\nFencing-Token: ${stale}\r\nContent-Length: 1\r\n\r\nx`],
+    ],
+    [
+      'a chunked stale write, then a plain one',
+      2,
+      () => [
+        `PUT /orders/1 HTTP/1.1\r\nHost: gw\r\nFencing-Token: ${stale}\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n` +
+          put(stale),
+      ],
+    ],
+    ['Expect: 100-continue', 1, () => [put(stale, 'Expect: 100-continue\r\n', '')]],
+    ['a repeated Fencing-Token', 1, () => [put(stale, `Fencing-Token: ${current}\r\n`)]],
+    [
+      'a head split across reads',
+      2,
+      () => {
+        const whole = put(stale) + put(stale);
+        return [whole.slice(0, 20), whole.slice(20)];
+      },
+    ],
+    [
+      'a shadow route and an unfenced read',
+      2,
+      () => [put(stale, '', 'x', '/shadow/1'), 'GET /orders/1 HTTP/1.1\r\nHost: gw\r\n\r\n'],
+    ],
+    ['a lease route with a token this gateway knows nothing of', 1, () => [put(stale, '', 'x', '/leased/1')]],
+    ['garbage after a stale write', 0, () => [put(stale) + 'NOT HTTP\r\n\r\n']],
+    [
+      'a bare LF line ending',
+      0,
+      () => [`PUT /orders/1 HTTP/1.1\nHost: gw\r\nFencing-Token: ${stale}\r\n\r\n`],
+    ],
+  ];
+
+  for (const [name, viaNodeHttp, parts] of cases) {
+    it(name, async () => {
+      // Counts the requests node:http reads on the lane's gateway.
+      let read = 0;
+      const counted = () => (read += 1);
+      lane.app.server.on('request', counted);
+      const viaLane = await exchange(lane.port, parts());
+      lane.app.server.removeListener('request', counted);
+      const viaNode = await exchange(node.port, parts());
+      expect(statuses(viaNode.received).length).toBeGreaterThan(0);
+      expect(viaLane).toEqual(viaNode);
+      expect(read).toBe(viaNodeHttp);
+    });
+  }
+
+  it('with the keep-alive timeout off (no Keep-Alive header, no idle close)', async () => {
+    const kept = lane.app.server.keepAliveTimeout;
+    lane.app.server.keepAliveTimeout = 0;
+    node.app.server.keepAliveTimeout = 0;
+    try {
+      const viaLane = await exchange(lane.port, [put(stale)]);
+      const viaNode = await exchange(node.port, [put(stale)]);
+      expect(viaNode.received).not.toContain('Keep-Alive');
+      expect(viaLane).toEqual(viaNode);
+    } finally {
+      lane.app.server.keepAliveTimeout = kept;
+      node.app.server.keepAliveTimeout = kept;
+    }
+  });
+
+  it('forwarded, counted and recorded the same', async () => {
+    expect(upstreams[0]!.hits.length).toBeGreaterThanOrEqual(5);
+    expect(upstreams[0]!.hits.map((h) => [h.method, h.url, h.bytes])).toEqual(
+      upstreams[1]!.hits.map((h) => [h.method, h.url, h.bytes]),
+    );
+    expect(await counters(lane)).toEqual(await counters(node));
+    expect(events(lane)).toEqual(events(node));
+    expect(events(lane).filter((e) => e.reason === 'stale').length).toBeGreaterThan(10);
+  });
+});
+
+describe('the refusal lane', () => {
+  it('keeps answers in order for a client that sends thousands without reading', async () => {
+    const store = new MemoryStore();
+    const upstream = await startUpstream();
+    const gw = await startGateway({ store, policy: ordersPolicy(upstream.url) });
+    try {
+      const stale = (await mint(store, 'order:1')).token;
+      const current = (await mint(store, 'order:1')).token;
+      expect((await send(gw, 'PUT', '/orders/1', { 'fencing-token': String(current) }, 'x')).status).toBe(
+        200,
+      );
+      const n = 5000;
+      const one = `PUT /orders/1 HTTP/1.1\r\nHost: gw\r\nFencing-Token: ${stale}\r\nContent-Length: 1\r\n\r\nx`;
+      const socket = connect(gw.port, '127.0.0.1');
+      socket.pause();
+      socket.write(one.repeat(n - 1) + `GET /orders/1 HTTP/1.1\r\nHost: gw\r\n\r\n`);
+      await new Promise((r) => setTimeout(r, 300));
+      let received = '';
+      socket.on('data', (d: Buffer) => (received += d.toString('latin1')));
+      socket.resume();
+      const deadline = Date.now() + 10_000;
+      while (statuses(received).length < n && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 20));
+      socket.destroy();
+      const got = statuses(received);
+      expect(got).toHaveLength(n);
+      expect(got.slice(0, -1).every((s) => s === 409)).toBe(true);
+      expect(got.at(-1)).toBe(200);
+      expect(upstream.hits).toHaveLength(2);
+    } finally {
+      await gw.close();
+      await upstream.close();
+    }
+  });
+
+  it('closes idle connections when the gateway closes, and a busy one once its body is read', async () => {
+    const store = new MemoryStore();
+    const upstream = await startUpstream();
+    const gw = await startGateway({ store, policy: ordersPolicy(upstream.url) });
+    const stale = (await mint(store, 'order:1')).token;
+    const current = (await mint(store, 'order:1')).token;
+    expect((await send(gw, 'PUT', '/orders/1', { 'fencing-token': String(current) }, 'x')).status).toBe(200);
+    const open = (first: string) => {
+      const socket = connect(gw.port, '127.0.0.1');
+      const seen = { received: '', ended: false };
+      socket.on('data', (d: Buffer) => (seen.received += d.toString('latin1')));
+      socket.on('close', () => (seen.ended = true));
+      socket.write(first);
+      return { socket, seen };
+    };
+    const head = `PUT /orders/1 HTTP/1.1\r\nHost: gw\r\nFencing-Token: ${stale}\r\nContent-Length: 10\r\n\r\n`;
+    const idle = open(head + '0123456789');
+    const busy = open(head + '01234');
+    const until = async (test: () => boolean) => {
+      const deadline = Date.now() + 5000;
+      while (!test() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      return test();
+    };
+    expect(await until(() => statuses(idle.seen.received).length === 1)).toBe(true);
+    expect(await until(() => statuses(busy.seen.received).length === 1)).toBe(true);
+    const closing = gw.app.close();
+    expect(await until(() => idle.seen.ended)).toBe(true);
+    expect(busy.seen.ended).toBe(false);
+    // The rest of the body and a request after it: the body is read, the request answered
+    // 503 (closing) by node:http, and the connection ends.
+    busy.socket.write('56789' + head + '0123456789');
+    expect(await until(() => busy.seen.ended)).toBe(true);
+    expect(statuses(busy.seen.received)).toEqual([409, 503]);
+    await closing;
+    await upstream.close();
+  });
+
+  it('closes a connection left idle for the keep-alive timeout', async () => {
+    const store = new MemoryStore();
+    const upstream = await startUpstream();
+    const gw = await startGateway({ store, policy: ordersPolicy(upstream.url) });
+    try {
+      gw.app.server.keepAliveTimeout = 300;
+      const socket = connect(gw.port, '127.0.0.1');
+      let received = '';
+      let ended = false;
+      socket.on('data', (d: Buffer) => (received += d.toString('latin1')));
+      socket.on('close', () => (ended = true));
+      socket.write('PUT /nothing HTTP/1.1\r\nHost: gw\r\nContent-Length: 0\r\n\r\n');
+      await new Promise((r) => setTimeout(r, 150));
+      expect(statuses(received)).toEqual([404]);
+      expect(ended).toBe(false);
+      const deadline = Date.now() + 3000;
+      while (!ended && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      expect(ended).toBe(true);
+    } finally {
+      await gw.close();
+      await upstream.close();
+    }
+  });
+});
+
+describe('the refusal lane on a TLS listener', () => {
+  it('answers a stale write, then hands the connection to node:http for an admitted one', async () => {
+    const certs = makeTestCerts();
+    const store = new MemoryStore();
+    const upstream = await startUpstream();
+    const tls = new ListenerTls('data listener', { ...certs.server, clientCa: null });
+    const gw = await startGateway({ store, policy: ordersPolicy(upstream.url), tls });
+    try {
+      const stale = (await mint(store, 'order:1')).token;
+      const current = (await mint(store, 'order:1')).token;
+      let read = 0;
+      gw.app.server.on('request', () => (read += 1));
+      const socket = connectTls({ port: gw.port, host: '127.0.0.1', ca: certs.read(certs.ca.cert) });
+      let received = '';
+      socket.on('data', (d: Buffer) => (received += d.toString('latin1')));
+      const put = (token: FencingToken) =>
+        `PUT /orders/1 HTTP/1.1\r\nHost: gw\r\nFencing-Token: ${token}\r\nContent-Length: 1\r\n\r\nx`;
+      const answers = async (n: number) => {
+        const deadline = Date.now() + 5000;
+        while (statuses(received).length < n && Date.now() < deadline)
+          await new Promise((r) => setTimeout(r, 10));
+        return statuses(received);
+      };
+      socket.write(put(current));
+      expect(await answers(1)).toEqual([200]);
+      expect(read).toBe(1);
+      // A new connection: the lane reads it, refuses the stale write, hands on the next.
+      socket.destroy();
+      received = '';
+      const second = connectTls({ port: gw.port, host: '127.0.0.1', ca: certs.read(certs.ca.cert) });
+      second.on('data', (d: Buffer) => (received += d.toString('latin1')));
+      second.write(put(stale) + put(current) + put(stale));
+      expect(await answers(3)).toEqual([409, 200, 409]);
+      expect(read).toBe(3);
+      second.destroy();
+    } finally {
+      await gw.close();
+      await upstream.close();
+      certs.remove();
+    }
+  });
+});
