@@ -9,7 +9,8 @@
  * the child reports its CPU per refusal over runs of `--writes`: the least of `--runs`
  * is the figure to compare (the host's noise only ever adds). `--bare` measures a plain
  * node:http server answering the same 409 in the same harness: the floor that Node's HTTP
- * server sets. Builds and the bare server take turns, one child per turn.
+ * server sets (the gateway's refusals no longer pass through it: the refusal lane answers
+ * them below it, docs/adr/0017-refusal-lane.md). Builds and the bare server take turns, one child per turn.
  *
  *   node bench/refusal-inproc.mjs [--builds DIR,DIR] [--bare] [--rounds 3] [--runs 11] [--writes 20000]
  */

@@ -149,7 +149,6 @@ class LaneConnection {
       const body = Math.min(head.bodyLength, chunk.length - at);
       at += body;
       this.dropping = head.bodyLength - body;
-      if (lane.closed && this.dropping === 0 && at === chunk.length) return this.finish();
     }
   }
 
