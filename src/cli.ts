@@ -51,6 +51,8 @@ serve options (environment variable in brackets):
                                        its in-flight writes at the drain barrier [FENCEGATE_SESSION_TTL_MS] (default 6000)
   --admission-hold-ms N                how long one store admission serves the same token's next writes on a lock
                                        in this process; 0: every write asks the store [FENCEGATE_ADMISSION_HOLD_MS] (default 50)
+  --refusal-lane on|off                answer refusals that need no waiting (a stale flood's) before Node's HTTP
+                                       server reads them [FENCEGATE_REFUSAL_LANE] (default on)
   --sequencer-keys FILE                sequencer key file, the same for every process on the store
                                        [FENCEGATE_SEQUENCER_KEYS] (default: <dir>/sequencer-keys.json on the
                                        embedded store, none on Postgres/Redis)
@@ -146,6 +148,7 @@ async function serve(args: string[]): Promise<number> {
       'store-reset-timeout-ms': { type: 'string' },
       'session-ttl-ms': { type: 'string' },
       'admission-hold-ms': { type: 'string' },
+      'refusal-lane': { type: 'string' },
       'sequencer-keys': { type: 'string' },
       'tls-cert': { type: 'string' },
       'tls-key': { type: 'string' },
@@ -177,6 +180,7 @@ async function serve(args: string[]): Promise<number> {
     storeResetTimeoutMs: values['store-reset-timeout-ms'],
     sessionTtlMs: values['session-ttl-ms'],
     admissionHoldMs: values['admission-hold-ms'],
+    refusalLane: values['refusal-lane'],
     sequencerKeys: values['sequencer-keys'],
     tlsCert: values['tls-cert'],
     tlsKey: values['tls-key'],

@@ -38,6 +38,8 @@ export interface ServeConfig {
   sessionTtlMs: number;
   /** How long one store admission serves the same token's next writes on a lock (0: every write asks the store). */
   admissionHoldMs: number;
+  /** Answer refusals that need no waiting before node:http reads the request (docs/gateway.md, "The refusal lane"). */
+  refusalLane: boolean;
   /**
    * Sequencer key file (JSON; fencegate keys init). Null: the embedded store's
    * `<dir>/sequencer-keys.json` (made on first start); no sequencers on other stores.
@@ -93,6 +95,7 @@ export const DEFAULTS: ServeConfig = Object.freeze({
   storeResetTimeoutMs: 5_000,
   sessionTtlMs: 6_000,
   admissionHoldMs: ADMISSION_HOLD_MS,
+  refusalLane: true,
   sequencerKeys: null,
   tlsCert: null,
   tlsKey: null,
@@ -199,6 +202,7 @@ const KEYS: Record<keyof ServeConfig, Kind> = {
   storeResetTimeoutMs: 'int',
   sessionTtlMs: 'int',
   admissionHoldMs: 'int',
+  refusalLane: 'bool',
   sequencerKeys: 'string',
   tlsCert: 'string',
   tlsKey: 'string',
@@ -229,6 +233,7 @@ export const ENV_VARS: Partial<Record<keyof ServeConfig, string>> = {
   storeResetTimeoutMs: 'FENCEGATE_STORE_RESET_TIMEOUT_MS',
   sessionTtlMs: 'FENCEGATE_SESSION_TTL_MS',
   admissionHoldMs: 'FENCEGATE_ADMISSION_HOLD_MS',
+  refusalLane: 'FENCEGATE_REFUSAL_LANE',
   sequencerKeys: 'FENCEGATE_SEQUENCER_KEYS',
   tlsCert: 'FENCEGATE_TLS_CERT',
   tlsKey: 'FENCEGATE_TLS_KEY',

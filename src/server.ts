@@ -269,6 +269,7 @@ export async function buildDataPlane(
     storeBreaker: { timeoutMs: config.storeTimeoutMs, resetTimeoutMs: config.storeResetTimeoutMs },
     session: { ttlMs: config.sessionTtlMs },
     admissionHoldMs: config.admissionHoldMs,
+    refusalLane: config.refusalLane,
     breakers,
     sequencerKeys: core.sequencerKeys,
     tls: core.tls.data,

@@ -1,4 +1,4 @@
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -133,6 +133,18 @@ describe('config', () => {
     expect(resolveConfig({ flags: { allowVolatileRedis: true } }).admissionHoldMs).toBe(0);
     const asked = { allowVolatileRedis: true, admissionHoldMs: '10' };
     expect(resolveConfig({ flags: asked }).admissionHoldMs).toBe(10);
+  });
+
+  it('the refusal lane: on by default, off by flag, environment or file', async () => {
+    expect(resolveConfig({}).refusalLane).toBe(true);
+    const dir = await mkdtemp(join(tmpdir(), 'fg-cfg-'));
+    const file = join(dir, 'c.yaml');
+    await writeFile(file, 'refusalLane: false\n');
+    expect(resolveConfig({ file }).refusalLane).toBe(false);
+    await rm(dir, { recursive: true, force: true });
+    expect(resolveConfig({ flags: { refusalLane: 'off' } }).refusalLane).toBe(false);
+    expect(resolveConfig({ env: { FENCEGATE_REFUSAL_LANE: 'false' } }).refusalLane).toBe(false);
+    expect(() => resolveConfig({ flags: { refusalLane: 'sometimes' } })).toThrow(/--refusal-lane/);
   });
 
   it('names the variable or flag of a bad value', () => {
