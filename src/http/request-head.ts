@@ -4,7 +4,8 @@
  * anything else, which node:http then reads as it always does. Null is never an error
  * here: a head split across reads, HTTP/1.0, a chunked or announced (Expect) body, an
  * upgrade, a repeated header, a byte llhttp might read differently (a bare CR or LF, a
- * folded line, a control character) all go to node:http, which answers or refuses them.
+ * folded line, a control character, a tab or obs-text byte in Content-Length or
+ * Connection) all go to node:http, which answers or refuses them.
  */
 
 export interface RequestHead {
@@ -53,6 +54,7 @@ for (let c = 0x20; c <= 0x7e; c++) FIELD[c] = 1;
 for (let c = 0x80; c <= 0xff; c++) FIELD[c] = 1;
 
 const DIGITS = /^[0-9]{1,15}$/;
+const SPACES = /^ +| +$/g;
 
 /**
  * The head starting at `start` in `buf` when it is whole there, at most `maxBytes` long
@@ -90,11 +92,15 @@ export function readRequestHead(buf: Buffer, start: number, maxBytes: number): R
     while (buf[i] === SP || buf[i] === HTAB) i++;
     const valueStart = i;
     let valueEnd = i;
+    // A tab or obs-text byte anywhere in the line: Content-Length and Connection are then
+    // left to llhttp, whose reading of them differs from a plain trim.
+    let plain = true;
     for (;;) {
       const c = buf[i]!;
       if (c === CR) break;
       if (FIELD[c] !== 1) return null;
       i++;
+      if (c === HTAB || c >= 0x80) plain = false;
       if (c !== SP && c !== HTAB) valueEnd = i;
     }
     if (buf[i + 1] !== LF) return null;
@@ -103,18 +109,24 @@ export function readRequestHead(buf: Buffer, start: number, maxBytes: number): R
     const value = buf.toString('latin1', valueStart, valueEnd);
     const lower = name.toLowerCase();
     if (headers[lower] !== undefined) return null;
+    // Proxy-Connection llhttp reads as Connection; Set-Cookie node makes an array; a
+    // `__proto__` field node cannot make a key of its headers object.
     switch (lower) {
       case 'transfer-encoding':
       case 'expect':
       case 'upgrade':
+      case 'proxy-connection':
+      case 'set-cookie':
+      case '__proto__':
         return null;
       case 'content-length':
-        if (!DIGITS.test(value)) return null;
+        if (!plain || !DIGITS.test(value)) return null;
         bodyLength = Number(value);
         break;
       case 'connection':
+        if (!plain) return null;
         for (const option of value.toLowerCase().split(',')) {
-          const o = option.trim();
+          const o = option.replace(SPACES, '');
           if (o === 'upgrade') return null;
           if (o === 'close') close = true;
         }
