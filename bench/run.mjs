@@ -419,6 +419,17 @@ function pairedSlices(fenced, bare) {
   return `Round by round (each round's fenced slice against the bare proxy's, seconds apart): slice p99 difference median ${median(d).toFixed(2)} ms, fenced lower in ${lower} of ${d.length} rounds.`;
 }
 
+/** The forged-token goal: a refusal of a token never issued costs no more than an admitted write. */
+function forgedGoal(forged, admitted) {
+  const cost = (x) => x.cpu.proxy + (x.cpu.store ?? 0);
+  return `
+Forged tokens (each lock's current token + 1000, never issued; ${forged.bad} answered otherwise than 403) each
+take one admission round trip. Goal: no more than a write → gateway + store CPU per forged refusal
+**${us(cost(forged))} µs** against ${us(cost(admitted))} µs per admitted write
+(${(cost(forged) / cost(admitted)).toFixed(2)}×; these rows, one after another).
+`;
+}
+
 /** bench/RESULTS.md's text for whatever was measured. */
 function report(r) {
   const { results, bareResult } = r;
@@ -547,12 +558,12 @@ old tokens, all refused 409 \`stale-token\` (${r.staleResult.bad} answered other
 |---|---|---|
 | admitted fenced writes (the row above) | ${Math.round(r.redisResult.rps)} | 1.000 |
 | stale writes refused | ${Math.round(r.staleResult.rps)} | ${ratio(r.staleResult.rps, r.redisResult.rps)} |
-
+${r.forgedResult ? `| forged tokens refused (never issued: 403) | ${Math.round(r.forgedResult.rps)} | ${ratio(r.forgedResult.rps, r.redisResult.rps)} |\n` : ''}
 Goal ≥ 3× → **${ratio(r.staleResult.rps, r.redisResult.rps)}×**. Redis \`INFO commandstats\` over the
 ${r.staleResult.total} refused writes: ${staleTotal} calls (${r.staleCommands.map(([c, n]) => `${c} ${n}`).join(', ') || 'none'}),
 ${(staleTotal / Math.max(1, r.staleResult.total)).toFixed(4)} per refused write (the gateway session's beats and
 the sweeper run on their own timers, whatever the load).
-`);
+${r.forgedResult ? forgedGoal(r.forgedResult, r.redisResult) : ''}`);
   }
   if (r.pgKind) {
     const k = r.pgKind;
@@ -818,6 +829,7 @@ routes:
   let redisNoHold;
   let staleResult;
   let staleCommands = [];
+  let forgedResult;
   let staleTokensForTurns = null;
   let workersResult;
   if (onRedis) {
@@ -896,6 +908,21 @@ routes:
     staleCommands = Object.entries(commandsAfter)
       .map(([cmd, n]) => [cmd, n - (commandsBefore[cmd] ?? 0)])
       .filter(([cmd, n]) => n > 0 && cmd !== 'info');
+
+    // Forged tokens: each lock's current token + 1000, never issued: 403 token-invalid after
+    // one admission round trip each (no cache can know the highest token issued).
+    say(`fencegate forged tokens, redis …`);
+    const forged = {
+      base: 'stale',
+      tokens: newLeases.map((l) => (BigInt(l.token) + 1000n).toString()),
+      expect: 403,
+    };
+    await run(redis.data, { ...forged, seconds: WARMUP });
+    forgedResult = summarize(
+      'fencegate, forged tokens refused (403), redis store',
+      await cpuOf(redis.child.pid, redisChild.pid, { run: () => run(redis.data, forged) }),
+    );
+    results.push(forgedResult);
   }
 
   // The goals' ratios: the bare proxy and the Redis process's fenced, unfenced and stale
@@ -1099,6 +1126,7 @@ routes:
     workersResult,
     staleResult,
     staleCommands,
+    forgedResult,
     turns,
     pgKind,
     half,
