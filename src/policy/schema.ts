@@ -26,6 +26,8 @@ export interface RawUpstream {
   breaker?: RawBreaker;
   /** kind: postgres: the schema of the fence table in the target database. */
   fenceSchema?: string;
+  /** kind: postgres: prepare each statement once per connection (default true). */
+  preparedStatements?: boolean;
   /** https upstreams: how the upstream's certificate is verified, and the gateway's own (mTLS). */
   tls?: RawUpstreamTls;
   /**
@@ -106,6 +108,7 @@ const upstream = {
     timeoutMs: ms(1, 600_000),
     breaker,
     fenceSchema: { type: 'string', minLength: 1 },
+    preparedStatements: { type: 'boolean' },
     methodOverride: { enum: ['strip', 'honour'] },
     tls: {
       type: 'object',

@@ -20,7 +20,7 @@ export interface PgKindFixture {
   fenceSchema: string;
   /** Runs SQL on a fresh client ({s} is replaced by the quoted table schema, {f} by the fence schema). */
   sql(text: string, params?: unknown[]): Promise<Record<string, unknown>[]>;
-  rows(url?: string): PostgresRows;
+  rows(url?: string, opts?: { preparedStatements?: boolean }): PostgresRows;
   route(table: string, key: string, columns: string[], params?: string[]): PostgresRouteSettings;
   close(): Promise<void>;
 }
@@ -41,8 +41,8 @@ export async function pgKindFixture(): Promise<PgKindFixture> {
         async (c) => (await c.query(bind(text), params)).rows as Record<string, unknown>[],
       );
     },
-    rows(url = PG_URL) {
-      const s = compilePostgresUpstream({ url, fenceSchema });
+    rows(url = PG_URL, opts = {}) {
+      const s = compilePostgresUpstream({ url, fenceSchema, ...opts });
       if (!s.ok) throw new Error(JSON.stringify(s.errors));
       const r = new PostgresRows('shop', s.value, quietLog);
       opened.push(r);

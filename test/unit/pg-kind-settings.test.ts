@@ -15,6 +15,7 @@ describe('postgres kind settings', () => {
         connectionString: 'postgres://app:s3cret@db:5432/shop',
         where: 'postgres://db:5432/shop',
         fenceSchema: 'fencegate',
+        preparedStatements: true,
       },
     });
     const missing = compilePostgresUpstream({ url: 'postgres://app:${DB_PASSWORD}@db/shop' }, env);
@@ -33,6 +34,10 @@ describe('postgres kind settings', () => {
     const r = compilePostgresUpstream({ url: '${P} x' }, { P: 'hunter2' });
     expect(JSON.stringify(r)).not.toContain('hunter2');
     expect(compilePostgresUpstream({ url: 'postgres://db/x', fenceSchema: 'pg_x' }, {}).ok).toBe(false);
+    expect(compilePostgresUpstream({ url: 'postgres://db/x', preparedStatements: false }, {})).toMatchObject({
+      ok: true,
+      value: { preparedStatements: false },
+    });
     expect(compilePostgresUpstream({ url: 'postgres://db/x', fenceSchema: 'fg_test' }, {})).toMatchObject({
       ok: true,
       value: { fenceSchema: 'fg_test' },

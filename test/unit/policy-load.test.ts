@@ -78,6 +78,16 @@ const CASES: [string, string, string][] = [
     'only routes of a "postgres" upstream take "table"',
   ],
   [
+    'foreign-prepared.yaml',
+    `${BROKEN}/foreign-prepared.yaml:6:25: upstreams.media.preparedStatements: `,
+    'only postgres upstreams take "preparedStatements" (this one is s3)',
+  ],
+  [
+    'prepared-not-bool.yaml',
+    `${BROKEN}/prepared-not-bool.yaml:6:25: upstreams.shop.preparedStatements: `,
+    'must be true or false (got "no")',
+  ],
+  [
     'foreign-override.yaml',
     `${BROKEN}/foreign-override.yaml:6:21: upstreams.ledger.methodOverride: `,
     'only http upstreams honour method-override headers (this one is postgres)',

@@ -43,7 +43,11 @@ export const postgresKind: DownstreamKind = {
   fenceAt: 'resource',
   routeFields: ['table', 'key', 'columns'],
   compileUpstream(name, raw) {
-    const r = compilePostgresUpstream({ url: raw.url, fenceSchema: raw.fenceSchema });
+    const r = compilePostgresUpstream({
+      url: raw.url,
+      fenceSchema: raw.fenceSchema,
+      preparedStatements: raw.preparedStatements,
+    });
     if (!r.ok) return { ok: false, errors: fieldErrors(r.errors) };
     return {
       ok: true,
@@ -178,7 +182,11 @@ class PostgresRuntime implements KindRuntime {
 }
 
 function sameSettings(a: PostgresUpstreamSettings, b: PostgresUpstreamSettings): boolean {
-  return a.connectionString === b.connectionString && a.fenceSchema === b.fenceSchema;
+  return (
+    a.connectionString === b.connectionString &&
+    a.fenceSchema === b.fenceSchema &&
+    a.preparedStatements === b.preparedStatements
+  );
 }
 
 function queryOf(url: string): string {

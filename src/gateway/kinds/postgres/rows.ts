@@ -22,6 +22,7 @@ import type { TableShape } from './rows-sql.js';
 import type { PostgresRouteSettings, PostgresUpstreamSettings } from './settings.js';
 import { statementsFor, type ColumnRow, type HighestRow, type Statements } from './statements.js';
 import { ownRecord } from '../../../own-record.js';
+import { StatementNames } from './prepared.js';
 
 const CONNECT_TIMEOUT_MS = 2000;
 const STATEMENT_TIMEOUT_MS = 5000;
@@ -62,6 +63,8 @@ export class PostgresRows {
   private fenceReady: Promise<void> | null = null;
   /** The quoted fence table, `"<fenceSchema>".fences`. */
   private readonly fenceTable: string;
+  /** The row statements' names: each connection parses and plans one once (prepared.ts). */
+  private readonly names: StatementNames;
 
   constructor(
     readonly name: string,
@@ -70,6 +73,7 @@ export class PostgresRows {
   ) {
     this.q = statementsFor(settings.fenceSchema);
     this.fenceTable = `${quoteIdent(settings.fenceSchema)}.fences`;
+    this.names = new StatementNames(settings.preparedStatements);
     this.pool = new (loadPg().Pool)({
       // The connection string without sslmode & co., and the `ssl` they mean (pg-ssl.ts).
       ...pgConnection(settings.connectionString),
@@ -200,7 +204,13 @@ export class PostgresRows {
   }
 
   private async query(text: string, values: (string | null)[]): Promise<unknown[][]> {
-    return (await this.pool.query<unknown[]>({ text, values, rowMode: 'array' })).rows;
+    const name = this.names.of(text);
+    return (await this.pool.query<unknown[]>({ name, text, values, rowMode: 'array' })).rows;
+  }
+
+  /** How many row statements have a name (prepared once per connection); for tests. */
+  get namedStatements(): number {
+    return this.names.size;
   }
 
   /** The route's table shape from the (cached) catalog; a missing column is a refusal of the config. */

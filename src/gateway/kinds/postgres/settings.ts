@@ -19,6 +19,8 @@ export interface RawPostgresUpstream {
   url: string;
   /** Schema holding `fences` in the target database; default `fencegate`. */
   fenceSchema?: string;
+  /** Prepare each statement once per connection; default true (prepared.ts). */
+  preparedStatements?: boolean;
 }
 
 export interface PostgresUpstreamSettings {
@@ -27,6 +29,8 @@ export interface PostgresUpstreamSettings {
   /** postgres://host:port/db, for messages and logs (no credentials). */
   readonly where: string;
   readonly fenceSchema: string;
+  /** Statements are named, so each connection parses and plans them once (prepared.ts). */
+  readonly preparedStatements: boolean;
 }
 
 export interface RawPostgresRoute {
@@ -126,7 +130,8 @@ export function compilePostgresUpstream(
     throw err;
   }
   const where = `postgres://${url.hostname}${url.port ? `:${url.port}` : ''}${url.pathname}`;
-  return { ok: true, value: { connectionString: expanded.value, where, fenceSchema } };
+  const preparedStatements = raw.preparedStatements ?? true;
+  return { ok: true, value: { connectionString: expanded.value, where, fenceSchema, preparedStatements } };
 }
 
 /**
