@@ -28,6 +28,8 @@ export interface RawUpstream {
   fenceSchema?: string;
   /** kind: postgres: prepare each statement once per connection (default true). */
   preparedStatements?: boolean;
+  /** kind: postgres: connections to the database, at most (default 10). */
+  poolSize?: number;
   /** https upstreams: how the upstream's certificate is verified, and the gateway's own (mTLS). */
   tls?: RawUpstreamTls;
   /**
@@ -109,6 +111,7 @@ const upstream = {
     breaker,
     fenceSchema: { type: 'string', minLength: 1 },
     preparedStatements: { type: 'boolean' },
+    poolSize: ms(1, 1_000),
     methodOverride: { enum: ['strip', 'honour'] },
     tls: {
       type: 'object',

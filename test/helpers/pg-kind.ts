@@ -20,7 +20,7 @@ export interface PgKindFixture {
   fenceSchema: string;
   /** Runs SQL on a fresh client ({s} is replaced by the quoted table schema, {f} by the fence schema). */
   sql(text: string, params?: unknown[]): Promise<Record<string, unknown>[]>;
-  rows(url?: string, opts?: { preparedStatements?: boolean }): PostgresRows;
+  rows(url?: string, opts?: { preparedStatements?: boolean; poolSize?: number }): PostgresRows;
   route(table: string, key: string, columns: string[], params?: string[]): PostgresRouteSettings;
   close(): Promise<void>;
 }

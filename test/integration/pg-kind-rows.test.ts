@@ -8,7 +8,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { readJsonBody } from '../../src/gateway/kinds/postgres/body.js';
 import type { Checked } from '../../src/gateway/kinds/postgres/row-input.js';
 import type { PostgresRows, RowOutcome } from '../../src/gateway/kinds/postgres/rows.js';
-import { pgKindFixture, type PgKindFixture } from '../helpers/pg-kind.js';
+import { pgKindFixture, PG_URL, type PgKindFixture } from '../helpers/pg-kind.js';
+import { withPgClient } from '../helpers/sql-fixtures.js';
 
 const ALL = ['b', 'i2', 'i4', 'i8', 'n', 'r', 'd', 'j', 'jb', 'ts', 'tstz', 'dt', 'by', 'tx', 'vc', 'u'];
 
@@ -323,6 +324,44 @@ describe('postgres kind: rows', () => {
     ]);
     expect(unnamed.namedStatements).toBe(0);
     expect(rows.namedStatements).toBeGreaterThan(0);
+  });
+
+  it('poolSize bounds the connections; writes beyond it wait their turn', async () => {
+    const small = f.rows(undefined, { poolSize: 2 });
+    const r = f.route('t', 'id', ['tx']);
+    const writes = Array.from({ length: 12 }, (_, i) =>
+      small.execute(r, {
+        op: 'put',
+        key: String(i + 1),
+        body: { tx: `w${i}` },
+        fence: { lock: `pool:${i}`, token: 1n },
+      }),
+    );
+    for (const w of await Promise.all(writes)) expect(w).toMatchObject({ ok: true, status: 200 });
+    expect(await f.sql(`SELECT count(*)::int AS n FROM {s}.t`)).toEqual([{ n: 12 }]);
+    // Each backend's last statement named this test's fence schema: the pool's connections.
+    const backends = await f.sql(
+      `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'fencegate' AND position($1 in query) > 0`,
+      [f.fenceSchema],
+    );
+    expect(backends).toEqual([{ n: 2 }]);
+  });
+
+  it('a request that finds no free connection in time is 502 upstream-unavailable, and writes nothing', async () => {
+    const one = f.rows(undefined, { poolSize: 1 });
+    const r = f.route('t', 'id', ['tx']);
+    await f.sql(`INSERT INTO {s}.t (id, tx) VALUES (1, 'before')`);
+    // Another session holds row 1: the pool's only connection waits on it.
+    await withPgClient(PG_URL, async (blocker) => {
+      await blocker.query('BEGIN');
+      await blocker.query(`SELECT 1 FROM "${f.schema}".t WHERE id = 1 FOR UPDATE`);
+      const held = one.execute(r, { op: 'put', key: '1', body: { tx: 'first' }, fence: null });
+      const queued = await one.execute(r, { op: 'put', key: '2', body: { tx: 'second' }, fence: null });
+      expect(problem(queued)).toMatchObject({ status: 502, code: 'upstream-unavailable', upstream: 'shop' });
+      await blocker.query('COMMIT');
+      expect(await held).toMatchObject({ ok: true, body: { id: '1', tx: 'first' } });
+    });
+    expect(await f.sql(`SELECT id::int, tx FROM {s}.t ORDER BY id`)).toEqual([{ id: 1, tx: 'first' }]);
   });
 
   it('a body over the limit is 413; too slow is 408; not JSON is 400', async () => {

@@ -16,6 +16,7 @@ describe('postgres kind settings', () => {
         where: 'postgres://db:5432/shop',
         fenceSchema: 'fencegate',
         preparedStatements: true,
+        poolSize: 10,
       },
     });
     const missing = compilePostgresUpstream({ url: 'postgres://app:${DB_PASSWORD}@db/shop' }, env);
@@ -37,6 +38,10 @@ describe('postgres kind settings', () => {
     expect(compilePostgresUpstream({ url: 'postgres://db/x', preparedStatements: false }, {})).toMatchObject({
       ok: true,
       value: { preparedStatements: false },
+    });
+    expect(compilePostgresUpstream({ url: 'postgres://db/x', poolSize: 3 }, {})).toMatchObject({
+      ok: true,
+      value: { poolSize: 3 },
     });
     expect(compilePostgresUpstream({ url: 'postgres://db/x', fenceSchema: 'fg_test' }, {})).toMatchObject({
       ok: true,

@@ -87,6 +87,7 @@ const CASES: [string, string, string][] = [
     `${BROKEN}/prepared-not-bool.yaml:6:25: upstreams.shop.preparedStatements: `,
     'must be true or false (got "no")',
   ],
+  ['pool-size-zero.yaml', `${BROKEN}/pool-size-zero.yaml:6:15: upstreams.shop.poolSize: `, 'must be >= 1'],
   [
     'foreign-override.yaml',
     `${BROKEN}/foreign-override.yaml:6:21: upstreams.ledger.methodOverride: `,

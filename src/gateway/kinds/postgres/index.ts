@@ -47,6 +47,7 @@ export const postgresKind: DownstreamKind = {
       url: raw.url,
       fenceSchema: raw.fenceSchema,
       preparedStatements: raw.preparedStatements,
+      poolSize: raw.poolSize,
     });
     if (!r.ok) return { ok: false, errors: fieldErrors(r.errors) };
     return {
@@ -185,7 +186,8 @@ function sameSettings(a: PostgresUpstreamSettings, b: PostgresUpstreamSettings):
   return (
     a.connectionString === b.connectionString &&
     a.fenceSchema === b.fenceSchema &&
-    a.preparedStatements === b.preparedStatements
+    a.preparedStatements === b.preparedStatements &&
+    a.poolSize === b.poolSize
   );
 }
 

@@ -28,7 +28,6 @@ const CONNECT_TIMEOUT_MS = 2000;
 const STATEMENT_TIMEOUT_MS = 5000;
 const QUERY_TIMEOUT_MS = 7000;
 const IDLE_IN_TX_TIMEOUT_MS = 10_000;
-const POOL_SIZE = 20;
 
 export interface Fence {
   lock: string;
@@ -77,7 +76,7 @@ export class PostgresRows {
     this.pool = new (loadPg().Pool)({
       // The connection string without sslmode & co., and the `ssl` they mean (pg-ssl.ts).
       ...pgConnection(settings.connectionString),
-      max: POOL_SIZE,
+      max: settings.poolSize,
       connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
       statement_timeout: STATEMENT_TIMEOUT_MS,
       query_timeout: QUERY_TIMEOUT_MS,

@@ -21,6 +21,8 @@ export interface RawPostgresUpstream {
   fenceSchema?: string;
   /** Prepare each statement once per connection; default true (prepared.ts). */
   preparedStatements?: boolean;
+  /** Connections to the database, at most; default DEFAULT_POOL_SIZE. */
+  poolSize?: number;
 }
 
 export interface PostgresUpstreamSettings {
@@ -31,6 +33,8 @@ export interface PostgresUpstreamSettings {
   readonly fenceSchema: string;
   /** Statements are named, so each connection parses and plans them once (prepared.ts). */
   readonly preparedStatements: boolean;
+  /** Connections to the database, at most. */
+  readonly poolSize: number;
 }
 
 export interface RawPostgresRoute {
@@ -55,6 +59,12 @@ export interface PostgresRouteSettings {
 }
 
 export const DEFAULT_FENCE_SCHEMA = 'fencegate';
+/**
+ * node-postgres's own default. Writes under one lock wait for each other inside the
+ * database anyway; more connections than the database has cores to run them mostly add
+ * lock waits and wake-ups (docs/postgres.md, "Performance").
+ */
+export const DEFAULT_POOL_SIZE = 10;
 
 /** Methods a route of each shape may serve. */
 export const ROW_METHODS = ['GET', 'PUT', 'PATCH', 'DELETE'] as const;
@@ -131,7 +141,11 @@ export function compilePostgresUpstream(
   }
   const where = `postgres://${url.hostname}${url.port ? `:${url.port}` : ''}${url.pathname}`;
   const preparedStatements = raw.preparedStatements ?? true;
-  return { ok: true, value: { connectionString: expanded.value, where, fenceSchema, preparedStatements } };
+  const poolSize = raw.poolSize ?? DEFAULT_POOL_SIZE;
+  return {
+    ok: true,
+    value: { connectionString: expanded.value, where, fenceSchema, preparedStatements, poolSize },
+  };
 }
 
 /**
