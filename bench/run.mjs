@@ -571,8 +571,10 @@ ${r.forgedResult ? forgedGoal(r.forgedResult, r.redisResult) : ''}`);
 
 Same Postgres server, same concurrency (${CONNECTIONS}), ${LOCKS} rows; the gateway's lock store is the
 durable Redis above. Each fenced write through the gateway (wrk) is one transaction that
-compares-and-sets the lock's fence row and updates the row; the raw loop is one
-\`UPDATE\` per call on a ${CONNECTIONS}-connection node-postgres pool.
+compares-and-sets the lock's fence row and updates the row, a statement prepared once
+per connection, on the upstream's default pool of 10 connections (docs/postgres.md,
+"Performance"); the raw loop is one \`UPDATE\` per call on a ${CONNECTIONS}-connection
+node-postgres pool.
 
 | setup | writes/s | p50 ms | p99 ms | bad |
 |---|---|---|---|---|
