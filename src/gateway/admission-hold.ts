@@ -9,10 +9,12 @@
  * would clear the barrier at once: the store round trip teaches nothing. A hold keeps the
  * entry open after the write that made it, and lets such writes join it without asking:
  *
- * - it opens only after its own write cleared the barrier, under a session lease that is
- *   still valid, and only for `check: token` and `check: sequencer` routes (a `lease`
- *   route wants the lease's liveness judged by the store for every write);
- * - a write joins only with the same token and the same, still valid, session lease,
+ * - it opens only after its own write cleared the barrier and its entry is delivering
+ *   (it carries the write's delivery bound: the lock-delay, docs/adr/0018), under a
+ *   session lease that is still valid, and only for `check: token` and `check: sequencer`
+ *   routes (a `lease` route wants the lease's liveness judged by the store for every write);
+ * - a write joins only with the same token and the same, still valid, session lease, a
+ *   delivery bound no longer than the entry's (routes of one lock may differ),
  *   and only within `holdMs` of the admission that opened it, or, while the renewal the
  *   hold asked for in its second half is still unanswered, within 2 × `holdMs` (so that a
  *   slow store answer, an fsync stall, does not send the holder's writes to wait for it);
@@ -38,14 +40,16 @@ import type { SessionLease } from './session.js';
 export const ADMISSION_HOLD_MS = 50;
 
 /**
- * A fresh store admission of `token` on `lock` under `lease`, made in the background to
- * renew a busy hold: the store's highest and how to finish the new entry, or null when the
- * store did not admit it (or had lower-token writes in flight), or failed.
+ * A fresh store admission of `token` on `lock` under `lease`, with delivery bound
+ * `boundMs`, made in the background to renew a busy hold: the store's highest and how to
+ * finish the new entry, or null when the store did not admit it (or had lower-token
+ * writes in flight, so that the entry would not be delivering), or failed.
  */
 export type Renew = (
   lock: string,
   token: FencingToken,
   lease: SessionLease,
+  boundMs: number,
 ) => Promise<{ highest: FencingToken; finish: () => void } | null>;
 
 /** One store admission's in-flight entry, shared by the writes that joined it. */
@@ -55,6 +59,8 @@ export interface Hold {
   readonly lease: SessionLease;
   /** The store's highest after the admission (the verdict of a write that joins). */
   readonly highest: FencingToken;
+  /** The delivery bound its store entry carries once delivering (ms). */
+  readonly boundMs: number;
 }
 
 interface HoldState extends Hold {
@@ -110,12 +116,13 @@ export class AdmissionHolds {
   }
 
   /**
-   * The hold a write of `token` on `lock` under `lease` may join (counted as one more
-   * user), or null: ask the store. A hold that such a write cannot join (another token,
-   * another session, a lapsed lease) is closed, so that its entry does not hold back
-   * what comes next.
+   * The hold a write of `token` on `lock` under `lease`, with delivery bound `boundMs`, may
+   * join (counted as one more user), or null: ask the store. A hold that such a write
+   * cannot join (another token, another session, a lapsed lease) is closed, so that its
+   * entry does not hold back what comes next; one whose entry's bound is shorter than the
+   * write's stays for the writes it covers.
    */
-  join(lock: string, token: FencingToken, lease: SessionLease): Hold | null {
+  join(lock: string, token: FencingToken, lease: SessionLease, boundMs: number): Hold | null {
     const hold = this.byLock.get(lock);
     if (hold === undefined) return null;
     const now = performance.now();
@@ -123,15 +130,17 @@ export class AdmissionHolds {
       this.close(hold);
       return null;
     }
+    if (hold.boundMs < boundMs) return null;
     hold.users += 1;
     if (this.renew !== null && !hold.renewing && now >= hold.until - this.holdMs / 2) this.askRenewal(hold);
     return hold;
   }
 
   /**
-   * A write the store admitted (recording an entry finished by `finish`): its hold, not
-   * yet open to others. `leave` it when the write is over; `open` it once it cleared the
-   * barrier to let the same token's next writes join.
+   * A write the store admitted (recording an entry finished by `finish`, with delivery
+   * bound `boundMs` once delivering): its hold, not yet open to others. `leave` it when
+   * the write is over; `open` it once it cleared the barrier and its entry is delivering,
+   * to let the same token's next writes join.
    */
   admitted(
     lock: string,
@@ -139,12 +148,14 @@ export class AdmissionHolds {
     lease: SessionLease,
     highest: FencingToken,
     finish: () => void,
+    boundMs: number,
   ): Hold {
     const hold: HoldState = {
       lock,
       token,
       lease,
       highest,
+      boundMs,
       finish,
       users: 1,
       open: false,
@@ -233,7 +244,7 @@ export class AdmissionHolds {
       hold.pending = false;
       if (performance.now() >= hold.until) this.close(hold);
     };
-    renew(hold.lock, hold.token, hold.lease).then((next) => {
+    renew(hold.lock, hold.token, hold.lease, hold.boundMs).then((next) => {
       if (next === null) return refused();
       hold.pending = false;
       if (this.byLock.get(hold.lock) !== hold || !hold.lease.valid) {

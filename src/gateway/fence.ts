@@ -2,8 +2,9 @@
  * The fence: runs on headers only (the body is still an unread stream), decides, and
  * either refuses (a problem answer, not forwarded), or lets the request through to its
  * kind — after the drain barrier when lower-token writes are still in flight. In shadow
- * mode (enforce: false) every refusal is counted and recorded but the request goes
- * through, and the store is not changed.
+ * mode (enforce: false) every write is judged against the lock's shadow record (which
+ * an admitted one raises), every refusal is counted and recorded, and the request goes
+ * through; the enforced fence is not changed.
  */
 import { ProblemError } from '../errors.js';
 import type { EventLog } from '../observe/events.js';
@@ -23,6 +24,7 @@ import { Readable } from 'node:stream';
 import { readBoundedBody } from '../http/body.js';
 import { sendContinue } from '../http/continue.js';
 import { kindFor } from './kinds/index.js';
+import { deliveryBoundMs } from './lock-delay.js';
 import type { DownstreamKind, WriteSet } from './kinds/types.js';
 import { refusalRecorder } from './refusal-log.js';
 import { StaleCache } from './stale-cache.js';
@@ -68,8 +70,10 @@ export function fenceStep(opts: FenceOptions): FenceStep {
   const { guard, sessions, observer, metrics, events, sequencers } = opts;
 
   const record = refusalRecorder(metrics, events);
-  // Per process: what the store has already told this gateway is stale, per lock.
+  // Per process: what the store has already told this gateway is stale, per lock: of the
+  // enforced fence, and of the shadow record (shadow-mode routes judge against that alone).
   const cache = new StaleCache();
+  const shadowCache = new StaleCache();
   const refusals = new StaleRefusals();
   // A hold outlives its write and sits in a long-lived map: the closure that finishes its
   // entry holds the lock and the request id only, never the request (ADR 0004, addendum 4).
@@ -78,9 +82,17 @@ export function fenceStep(opts: FenceOptions): FenceStep {
   // Per process: admissions whose in-flight entry the same token's next writes may share,
   // renewed in the background while a lock is written to (admission-hold.ts).
   let renewals = 0;
-  const holds = new AdmissionHolds(opts.admissionHoldMs, async (lock, token, lease) => {
+  const holds = new AdmissionHolds(opts.admissionHoldMs, async (lock, token, lease, boundMs) => {
     const requestId = `hold-${(renewals += 1)}-${lease.id}`;
-    const admission = { lock, token, check: 'token' as const, requestId, session: lease.id, record: true };
+    const admission = {
+      lock,
+      token,
+      check: 'token' as const,
+      requestId,
+      session: lease.id,
+      record: true,
+      deliveryBoundMs: boundMs,
+    };
     let result;
     try {
       result = await guard.admit(admission);
@@ -99,17 +111,28 @@ export function fenceStep(opts: FenceOptions): FenceStep {
 
   /** Waits at the drain barrier: null when cleared, else the 503 to answer with. */
   async function passBarrier(
-    route: string,
+    ex: Exchange,
+    state: GatewayRequestState,
     lease: SessionLease,
     lock: string,
     token: FencingToken,
     fencing: FencingSettings,
     signal: AbortSignal,
   ): Promise<{ problem: ProblemError; timeout: boolean } | null> {
+    const route = state.match.route.name;
     const started = performance.now();
     let outcome: DrainOutcome | ProblemError;
     try {
-      outcome = await awaitDrain(guard, observer, lease, lock, token, fencing.drainTimeoutMs, signal);
+      outcome = await awaitDrain({
+        guard,
+        observer,
+        lease,
+        lock,
+        token,
+        timeoutMs: fencing.drainTimeoutMs,
+        signal,
+        onLockDelay: () => waitsOnDelivered(ex, state, lock, token),
+      });
     } catch (err) {
       outcome = fenceUnavailable(err, lock);
     }
@@ -132,28 +155,58 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     return { problem, timeout: outcome === 'timeout' };
   }
 
+  /**
+   * A write waits at the barrier behind writes that a gone gateway session was delivering
+   * (their lock-delay): counted and recorded as a `lock-delay` event (docs/events.md).
+   */
+  function waitsOnDelivered(
+    ex: Exchange,
+    state: GatewayRequestState,
+    lock: string,
+    token: FencingToken,
+  ): void {
+    const route = state.match.route.name;
+    metrics.lockDelayWaits.inc({ route });
+    events.record({
+      time: new Date().toISOString(),
+      type: 'lock-delay',
+      reason: 'delivered-write',
+      route,
+      lock,
+      token: token.toString(10),
+      highest: null,
+      enforced: true,
+      client: ex.ip,
+      owner: null,
+      method: ex.method,
+      path: state.path,
+    });
+  }
+
   /** What the verdict on `lock` is made from. */
   function verdictInput(
     ex: Exchange,
     route: GatewayRequestState['match']['route'],
     lock: string,
-    recording: boolean,
+    recording: boolean | 'shadow',
     lease: SessionLease | null,
+    boundMs: number,
   ): VerdictInput {
     return {
       // route.fencing is non-null here (checked by the caller): no per-request copy of the route.
       route: route as typeof route & { fencing: FencingSettings },
       lock,
       record: recording,
+      deliveryBoundMs: boundMs,
       raw: ex.req,
       request: ex,
       lease,
       guard,
       sequencers,
-      cache,
+      cache: recording === 'shadow' ? shadowCache : cache,
       holds,
       refusals,
-      noSession: recording && lease === null,
+      noSession: recording === true && lease === null,
     };
   }
 
@@ -162,10 +215,11 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     ex: Exchange,
     route: GatewayRequestState['match']['route'],
     lock: string,
-    recording: boolean,
+    recording: boolean | 'shadow',
     lease: SessionLease | null,
+    boundMs: number,
   ): Verdict | Promise<Verdict> {
-    return decide(verdictInput(ex, route, lock, recording, lease));
+    return decide(verdictInput(ex, route, lock, recording, lease, boundMs));
   }
 
   /**
@@ -242,7 +296,7 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     if (first === undefined) return refuse(ex, noLock());
     const recording = kind.fenceAt === 'gateway';
     const lease = recording ? sessions.current() : null;
-    const verdict = refusalNow(verdictInput(ex, state.match.route, first, recording, lease));
+    const verdict = refusalNow(verdictInput(ex, state.match.route, first, recording, lease, 0));
     return verdict !== null && refused(ex, state, fencing, verdict, locks);
   };
   return fenceRequest;
@@ -259,13 +313,20 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     const locks = lockOrder(writes.locks);
     const first = locks[0];
     if (first === undefined) return refuse(ex, noLock());
-    const recording = fencing.enforce && kind.fenceAt === 'gateway';
+    // Enforced and fenced here: the fence and an in-flight entry; fenced in the resource:
+    // the store judges only (the resource compares-and-sets, so no entry and no
+    // lock-delay is needed); shadow mode: the shadow record.
+    const recording = !fencing.enforce ? 'shadow' : kind.fenceAt === 'gateway';
     // An admission that records is made under this process's gateway session; without a
     // valid one (the store has not answered a beat in time) nothing is admitted.
-    const lease = recording ? sessions.current() : null;
-    const verdict = verdictOf(ex, state.match.route, first, recording, lease);
+    const lease = recording === true ? sessions.current() : null;
+    // The entry is delivering from its admission when the write leaves at once; a small
+    // body still on its way is read first, and its entry marked delivering then.
+    const bound = recording !== true ? 0 : deliveryBoundMs(state.match.route);
+    const boundNow = bound > 0 && smallBodyOnItsWay(ex) ? 0 : bound;
+    const verdict = verdictOf(ex, state.match.route, first, recording, lease, boundNow);
     if (!(verdict instanceof Promise) && !verdict.ok) return refused(ex, state, fencing, verdict, locks);
-    return admit(ex, state, fencing, kind, locks, recording, lease, verdict);
+    return admit(ex, state, fencing, kind, locks, { recording, lease, bound, boundNow }, verdict);
   }
 
   /** Judges every lock (the first's verdict given), then the barrier, then the small body. */
@@ -275,10 +336,10 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     fencing: FencingSettings,
     kind: DownstreamKind,
     locks: readonly string[],
-    recording: boolean,
-    lease: SessionLease | null,
+    how: Recording,
     firstVerdict: Verdict | Promise<Verdict>,
   ): Promise<boolean> {
+    const { recording, lease, bound, boundNow } = how;
     const route = state.match.route;
     // The AbortController is made only for a request that waits at the barrier: aborting
     // one builds a DOMException (with a stack), too costly to do on every response.
@@ -287,6 +348,8 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     const entries: InflightEntry[] = [];
     // Holds of the store's own admissions, opened to the same token's next writes once cleared.
     const fresh: Hold[] = [];
+    // Locks whose fresh entry was recorded not delivering (it had to wait): marked before sending.
+    const undelivered: string[] = [];
     // Registered before the first wait. `on`, not `once`: the response closes once, and
     // `once` would wrap the listener in a bound function per request.
     ex.res.on('close', () => {
@@ -298,7 +361,7 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     const admitted: Extract<Verdict, { ok: true }>[] = [];
     for (let i = 0; i < locks.length; i++) {
       const lock = locks[i]!;
-      const verdict = await (i === 0 ? firstVerdict : verdictOf(ex, route, lock, recording, lease));
+      const verdict = await (i === 0 ? firstVerdict : verdictOf(ex, route, lock, recording, lease, boundNow));
       if (!verdict.ok) {
         // All or nothing: the locks admitted so far are released (their fences stay raised,
         // which only ever refuses older tokens).
@@ -306,26 +369,27 @@ export function fenceStep(opts: FenceOptions): FenceStep {
         return refused(ex, state, fencing, verdict, locks);
       }
       admitted.push(verdict);
-      if (recording && lease !== null) {
+      if (recording === true && lease !== null) {
         let hold = verdict.hold;
         if (hold === null) {
-          hold = holds.admitted(lock, verdict.token, lease, verdict.highest, finisher(lock, ex.id));
+          hold = holds.admitted(lock, verdict.token, lease, verdict.highest, finisher(lock, ex.id), bound);
           fresh.push(hold);
+          if (boundNow === 0 || verdict.lowerInflight > 0) undelivered.push(lock);
         }
         const joined = hold;
-        const entry = new InflightEntry(lease, () => holds.leave(joined));
+        const entry = new InflightEntry(lease, () => holds.leave(joined), bound);
         if (clientGone) entry.clientClosed(); // finished: it will not be forwarded
         entries.push(entry);
       }
     }
     const first = admitted[0]!;
     const token = first.token;
-    if (!fencing.enforce) {
+    if (recording === 'shadow') {
       metrics.fenceOf(route.name).admitted.n += 1;
       state.fence = { mode: 'shadow-admitted', lock: first.lock, locks, token, entries: [] };
       return false;
     }
-    if (kind.fenceAt !== 'gateway') {
+    if (recording === false) {
       // The kind compares-and-sets inside the resource; the store judged issued/lease only.
       metrics.fenceOf(route.name).admitted.n += 1;
       state.fence = { mode: 'resource', lock: first.lock, locks, token, entries: [] };
@@ -345,7 +409,7 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     for (const verdict of admitted) {
       if (verdict.lowerInflight === 0 || clientGone) continue;
       gone ??= new AbortController();
-      const barrier = await passBarrier(route.name, lease, verdict.lock, token, fencing, gone.signal);
+      const barrier = await passBarrier(ex, state, lease, verdict.lock, token, fencing, gone.signal);
       if (barrier !== null) {
         finishAll();
         // A client that went away gets no event; the answer goes nowhere but must not reach the upstream.
@@ -361,8 +425,7 @@ export function fenceStep(opts: FenceOptions): FenceStep {
         return refuse(ex, barrier.problem);
       }
     }
-    if (fencing.check !== 'lease') for (const hold of fresh) holds.open(hold);
-    if (ex.body === ex.req && smallBodyOnItsWay(ex)) {
+    if (smallBodyOnItsWay(ex)) {
       // Read whole before forwarding, as a proxy buffers a small body: the request then
       // leaves in one write, checked once against the session, instead of through a
       // per-chunk checking stream (forward-guard.ts). Its entries keep counting meanwhile.
@@ -383,12 +446,53 @@ export function fenceStep(opts: FenceOptions): FenceStep {
       }
       ex.body = read.body;
     }
+    if (undelivered.length > 0 && !clientGone) {
+      const problem = await markDelivering(ex.id, undelivered, bound, first.lock);
+      if (problem !== null) {
+        finishAll();
+        record(ex, state, { ...first, reason: 'unavailable' }, true);
+        return refuse(ex, problem);
+      }
+    }
+    if (fencing.check !== 'lease') for (const hold of fresh) holds.open(hold);
     const tallies = metrics.fenceOf(route.name);
     tallies.admitted.n += 1;
     if (fresh.length < entries.length) tallies.held.n += 1;
     state.fence = { mode: 'admitted', lock: first.lock, locks, token, entries };
     return false;
   }
+
+  /**
+   * Marks the entries that were recorded not delivering (they waited at the barrier or
+   * for their body) as delivering, right before the write is sent: null when done, else
+   * the 503 to answer (an entry is gone: its session ended meanwhile; or the store failed).
+   */
+  async function markDelivering(
+    requestId: string,
+    locks: readonly string[],
+    bound: number,
+    first: string,
+  ): Promise<ProblemError | null> {
+    try {
+      for (const lock of locks) {
+        if (!(await guard.deliver(lock, requestId, bound))) return sessionLapsed(lock);
+      }
+      return null;
+    } catch (err) {
+      return fenceUnavailable(err, first);
+    }
+  }
+}
+
+/** How a write's admission records, decided once per request (fenceWrites). */
+interface Recording {
+  recording: boolean | 'shadow';
+  /** The session to record under (enforced, gateway-fenced), else null. */
+  lease: SessionLease | null;
+  /** The write's delivery bound (lock-delay.ts), 0 when nothing is recorded. */
+  bound: number;
+  /** The bound recorded at admission: 0 when the body is read first (marked delivering then). */
+  boundNow: number;
 }
 
 /** A fenced write's body this small, still arriving, is read whole before it is forwarded. */
@@ -401,6 +505,7 @@ export const SMALL_BODY_BYTES = 64 * 1024;
  */
 function smallBodyOnItsWay(ex: Exchange): boolean {
   const req = ex.req;
+  if (ex.body !== req) return false;
   if (req.complete || req.headers.expect !== undefined) return false;
   const length = req.headers['content-length'];
   return length !== undefined && /^[0-9]{1,6}$/.test(length) && Number(length) <= SMALL_BODY_BYTES;

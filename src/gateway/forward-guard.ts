@@ -106,7 +106,17 @@ export class ForwardGuard {
 
   /** The final response cannot be passed on unchanged (foreignTransferCoding): 502, upstream request aborted. */
   unforwardableAnswer(): ForwardCutError {
+    this.answered = true; // the upstream answered: it is done with the request
     return this.cutFor('upstream-encoding');
+  }
+
+  /**
+   * When the request settled without a final answer after it was handed to undici whole
+   * (so the upstream may have it, and may still apply it): performance.now() at that
+   * hand-over; else null (answered, or never sent whole).
+   */
+  unansweredSince(): number | null {
+    return this.sentAt >= 0 && !this.answered ? this.sentAt : null;
   }
 
   /** Response headers arrived (statusCode ≥ 200; interim 1xx responses do not count). */

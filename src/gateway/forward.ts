@@ -188,7 +188,11 @@ class HttpForward implements ForwardScope, UpstreamSink {
 
   settled(): void {
     this.guard.settled();
-    for (const e of this.entries) e.upstreamSettled();
+    // No answer after the upstream may have had the whole request: it may still apply it,
+    // so its entries count on for their lock-delay (inflight.ts, lock-delay.ts).
+    const sentAt = this.guard.unansweredSince();
+    if (sentAt === null) for (const e of this.entries) e.upstreamSettled();
+    else for (const e of this.entries) e.unanswered(sentAt);
   }
 
   clientGone(): boolean {

@@ -7,8 +7,18 @@
  *
  * One observer per process, shared by every write waiting at the drain barrier and by
  * the sweeper that ends crashed gateways' sessions even when nobody waits for them.
+ *
+ * It also remembers, on its own monotonic clock, when it first knew each session to be
+ * gone (it ended it, or found it missing): a gone session's delivering entries count for
+ * their lock-delay from then (lock-delay.ts, docs/adr/0018-lock-delay.md). That instant
+ * is never earlier than the session's real end, so the delay errs long, never short; a
+ * process that forgot it (restarted, or past the memory's bound) starts counting anew.
  */
 import type { Store } from '../store/types.js';
+import { lockDelayMs } from './lock-delay.js';
+
+/** Gone sessions remembered with the instant this process first knew them gone, at most. */
+export const GONE_SESSIONS_KEPT = 10_000;
 
 export interface Judgement {
   /** Sessions that are gone: their in-flight entries no longer count. */
@@ -26,6 +36,8 @@ export interface ObserverLog {
 
 export class SessionObserver {
   private readonly seen = new Map<string, { beat: number; since: number }>();
+  /** Session id → performance.now() when this process first knew it gone; oldest first. */
+  private readonly gone = new Map<string, number>();
   private sweepTimer: NodeJS.Timeout | null = null;
 
   constructor(
@@ -45,6 +57,7 @@ export class SessionObserver {
       const record = records.get(id);
       if (record === undefined) {
         this.seen.delete(id);
+        this.knowGone(id, received);
         dead.push(id);
         continue;
       }
@@ -61,6 +74,7 @@ export class SessionObserver {
       }
       if (await this.store.endSession(id, record.beat)) {
         this.seen.delete(id);
+        this.knowGone(id, performance.now());
         dead.push(id);
         this.log.warn(
           { session: id, silentMs: Math.round(waited) },
@@ -71,9 +85,43 @@ export class SessionObserver {
       }
     }
     if (ids === null) {
-      for (const id of this.seen.keys()) if (!records.has(id)) this.seen.delete(id);
+      for (const id of this.seen.keys()) {
+        if (records.has(id)) continue;
+        this.seen.delete(id);
+        this.knowGone(id, received);
+      }
     }
     return { dead, retryInMs };
+  }
+
+  /**
+   * How much longer (ms) a gone session's entries with delivery bound `boundMs` count:
+   * the lock-delay from when this process first knew the session gone; 0 when it passed.
+   */
+  delayLeft(id: string, boundMs: number): number {
+    const delay = lockDelayMs(boundMs);
+    if (delay === 0) return 0;
+    const now = performance.now();
+    const since = this.gone.get(id) ?? this.knowGone(id, now);
+    return Math.max(0, since + delay - now);
+  }
+
+  /** Gone sessions remembered (for tests). */
+  get goneCount(): number {
+    return this.gone.size;
+  }
+
+  /** Records the first instant this process knew `id` gone (kept if known before); returns it. */
+  private knowGone(id: string, at: number): number {
+    const known = this.gone.get(id);
+    if (known !== undefined) return known;
+    if (this.gone.size >= GONE_SESSIONS_KEPT) {
+      // Forgetting only makes a later wait start anew: longer, never shorter.
+      const oldest = this.gone.keys().next();
+      if (oldest.done !== true) this.gone.delete(oldest.value);
+    }
+    this.gone.set(id, at);
+    return at;
   }
 
   /** Ends crashed gateways' sessions in the background, every `everyMs`. */

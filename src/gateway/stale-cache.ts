@@ -60,9 +60,9 @@ export class StaleCache {
 
   /**
    * Learns from the store's answer to an admission of `token` on `lock`. `recorded`:
-   * the admission was recorded (enforced, gateway-fenced); a judge-only admission
-   * (shadow mode, a kind that fences in the resource) reports a highest that was not
-   * stored, and teaches nothing.
+   * the admission was recorded (enforced and gateway-fenced, or in shadow mode into the
+   * shadow record, which has a cache of its own); a judge-only admission (a kind that
+   * fences in the resource) reports a highest that was not stored, and teaches nothing.
    */
   learn(lock: string, token: FencingToken, recorded: boolean, result: AdmitResult): void {
     if (result.ok) {

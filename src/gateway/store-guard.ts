@@ -63,7 +63,7 @@ export class StoreGuard {
   admit(req: AdmitRequest): Promise<AdmitResult> {
     let pending: Promise<AdmitResult> | undefined;
     return this.call('admit', () => (pending = this.store.admit(req))).catch((err: unknown) => {
-      if (req.record && pending !== undefined) {
+      if (req.record === true && pending !== undefined) {
         const { lock, requestId } = req;
         pending.then(
           (r) => (r.ok ? this.finish(lock, requestId) : undefined),
@@ -74,12 +74,17 @@ export class StoreGuard {
     });
   }
 
+  /** Marks an entry as delivering (Store.deliver) before its write is sent. */
+  deliver(lock: string, requestId: string, boundMs: number) {
+    return this.call('deliver', () => this.store.deliver(lock, requestId, boundMs));
+  }
+
   lowerInflight(lock: string, token: bigint) {
     return this.call('lowerInflight', () => this.store.lowerInflight(lock, token));
   }
 
-  dropInflight(lock: string, sessions: readonly string[]) {
-    return this.call('dropInflight', () => this.store.dropInflight(lock, sessions));
+  dropInflight(lock: string, sessions: readonly string[], maxBoundMs: number) {
+    return this.call('dropInflight', () => this.store.dropInflight(lock, sessions, maxBoundMs));
   }
 
   readSessions(ids: readonly string[] | null) {

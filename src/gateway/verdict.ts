@@ -43,8 +43,14 @@ export interface VerdictInput {
   route: CompiledRoute & { fencing: FencingSettings };
   /** The lock, as the route's kind rendered it. */
   lock: string;
-  /** False: judge only (shadow mode, or a kind that fences inside the resource). */
-  record: boolean;
+  /**
+   * What the store's admission records (AdmitRequest.record): true for an enforced route
+   * fenced in the gateway, 'shadow' in shadow mode (the shadow record), false for a kind
+   * that fences inside the resource (judge only).
+   */
+  record: boolean | 'shadow';
+  /** The delivery bound to record on the entry when it leaves at once (0: it waits for its body first). */
+  deliveryBoundMs: number;
   raw: IncomingMessage;
   /** The request, whose id names its in-flight entry (read only when the store is asked). */
   request: { readonly id: string };
@@ -55,7 +61,10 @@ export interface VerdictInput {
   guard: StoreGuard;
   /** Verifies sequencers (check: sequencer); null when this gateway has no keys. */
   sequencers: SequencerVerifier | null;
-  /** What this gateway already knows is stale (stale-cache.ts); consulted before the store. */
+  /**
+   * What this gateway already knows is stale (stale-cache.ts), consulted before the store:
+   * for the enforced fence, or in shadow mode for the shadow record (a cache of its own).
+   */
   cache: StaleCache;
   /** Admissions of this process that a write of the same token may join (admission-hold.ts). */
   holds: AdmissionHolds;
@@ -123,8 +132,8 @@ function judge(input: VerdictInput, presented: Presented): Verdict | Promise<Ver
   if (refused !== null) return refused;
   // The same token as an admission of this process whose entry still counts: admitted
   // without asking (a `lease` check wants the store to judge liveness every time).
-  if (input.record && input.lease !== null && check === 'token') {
-    const hold = input.holds.join(lock, token, input.lease);
+  if (input.record === true && input.lease !== null && check === 'token') {
+    const hold = input.holds.join(lock, token, input.lease, input.deliveryBoundMs);
     if (hold !== null) return { ok: true, lock, token, highest: hold.highest, lowerInflight: 0, hold };
   }
   return askStore(input, token, check);
@@ -142,6 +151,7 @@ async function askStore(input: VerdictInput, token: FencingToken, check: AdmitCh
       requestId: input.request.id,
       session: input.lease?.id ?? '',
       record: input.record,
+      deliveryBoundMs: input.deliveryBoundMs,
     });
   } catch (err) {
     return {
@@ -153,7 +163,7 @@ async function askStore(input: VerdictInput, token: FencingToken, check: AdmitCh
       highest: null,
     };
   }
-  input.cache.learn(lock, token, input.record, result);
+  input.cache.learn(lock, token, input.record !== false, result);
   if (result.ok)
     return {
       ok: true,

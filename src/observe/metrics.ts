@@ -45,6 +45,7 @@ export const STORE_OPS = [
   'listLocks',
   'admit',
   'finish',
+  'deliver',
   'lowerInflight',
   'dropInflight',
   'openSession',
@@ -349,6 +350,14 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
       labelNames: ['outcome'] as const,
       registers,
     }),
+    lockDelayWaits: new Counter({
+      name: 'fencegate_lock_delay_waits_total',
+      help:
+        'Fenced writes that waited at the drain barrier behind writes a stopped gateway had delivered ' +
+        '(the lock-delay: their upstream bound after the stopped session was seen gone)',
+      labelNames: ['route'] as const,
+      registers,
+    }),
     sessionsLost: new Counter({
       name: 'fencegate_gateway_sessions_lost_total',
       help: 'Times this process found its gateway session ended by another gateway (it was paused or cut off past its TTL)',
@@ -470,7 +479,7 @@ export type Metrics = ReturnType<typeof createMetrics>;
 /**
  * Makes the route series of `policy` exist (at 0 until something happens): requests by
  * status class for every route; for every fenced route also admitted writes, drain
- * timeouts, and fenced writes by reason. Called at start and after each reload; series
+ * timeouts, fenced writes by reason and lock-delay waits. Called at start and after each reload; series
  * of routes that left the policy stay.
  */
 export function seedPolicy(metrics: Metrics, policy: CompiledPolicy): void {
@@ -479,5 +488,6 @@ export function seedPolicy(metrics: Metrics, policy: CompiledPolicy): void {
     if (route.fencing === null) continue;
     const tallies = metrics.fenceOf(route.name);
     for (const reason of FENCED_REASONS) tallies.refused(reason, route.fencing.enforce);
+    metrics.lockDelayWaits.inc({ route: route.name }, 0);
   }
 }

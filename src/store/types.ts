@@ -105,6 +105,11 @@ export interface LockState {
   waiters: number;
   /** Highest token the gateway admitted for this key, if any. */
   highest: FencingToken | null;
+  /**
+   * Highest token shadow-mode routes (`enforce: false`) admitted for this key, if any: the
+   * shadow record, apart from the enforced fence (AdmitRequest.record).
+   */
+  shadowHighest: FencingToken | null;
 }
 
 /** How many grants per key recentGrants() remembers (each store keeps at most this many). */
@@ -156,10 +161,28 @@ export interface AdmitRequest {
    */
   session: string;
   /**
-   * When false (shadow mode), the checks run and the verdict is returned, but
-   * nothing is recorded: the fence does not move and no in-flight entry is added.
+   * What the admission records:
+   * - true (an enforced route fenced in the gateway): the compare-and-set of the fence
+   *   and the write's in-flight entry;
+   * - 'shadow' (a shadow-mode route, `enforce: false`): judged exactly as an enforced
+   *   admission, but against the lock's shadow record (the highest token shadow routes
+   *   admitted), which it raises when it admits; no fence moves, no in-flight entry;
+   * - false (a kind that fences inside the resource): the verdict only, nothing written.
+   *
+   * An enforced admission judges against the higher of the fence and the shadow record,
+   * so a route switched from shadow to enforced starts from what the shadow period saw.
    */
-  record: boolean;
+  record: boolean | 'shadow';
+  /**
+   * For a recorded admission (record true): how long the upstream may take to apply the
+   * write once it received it (the route's upstream bound, ms). The entry carries it when
+   * the write leaves at once (`lowerInflight` 0 in the answer); then, should the gateway's
+   * session end, the entry keeps counting for this bound (a lock-delay) after an observer
+   * saw the session gone, because the write may already be at the upstream. 0, or a write
+   * that must first wait at the drain barrier, records 0: the gateway calls `deliver`
+   * before it sends the write. Default 0.
+   */
+  deliveryBoundMs?: number;
 }
 
 export type AdmitResult =
@@ -186,6 +209,14 @@ export interface InflightState {
   count: number;
   /** The gateway sessions those entries belong to (distinct). */
   sessions: string[];
+  /**
+   * Per session (same order as `sessions`): the largest delivery bound (ms) among its
+   * entries counted here, 0 when none of them was delivering. Whether a session still
+   * lives is for the caller to judge: a store may list the entries of an ended session
+   * until `dropInflight` removes them (Redis does), or leave out those it removed when the
+   * session ended (the SQL and embedded stores keep only the delivering ones).
+   */
+  bounds: number[];
 }
 
 /** A gateway session as stored: its heartbeat counter and the TTL its owner promised. */
@@ -248,9 +279,20 @@ export interface Store {
   admit(req: AdmitRequest): Promise<AdmitResult>;
   /** Removes an in-flight entry (upstream answered or request aborted) and notifies watchers. */
   finish(lock: string, requestId: string): Promise<void>;
+  /**
+   * Marks an in-flight entry as delivering with `boundMs` (see AdmitRequest.deliveryBoundMs),
+   * before its write is sent. False when the entry no longer exists (finished, or its
+   * session ended and its entries were dropped): the write must not be sent.
+   */
+  deliver(lock: string, requestId: string, boundMs: number): Promise<boolean>;
   lowerInflight(lock: string, token: FencingToken): Promise<InflightState>;
-  /** Removes the lock's in-flight entries that belong to `sessions` (ended) and notifies watchers. */
-  dropInflight(lock: string, sessions: readonly string[]): Promise<void>;
+  /**
+   * Removes the lock's in-flight entries that belong to `sessions` (ended) and whose
+   * delivery bound is at most `maxBoundMs` (0: only those that were not delivering), and
+   * notifies watchers. A delivering entry is dropped only by a gateway that watched its
+   * session gone for the lock-delay of that bound.
+   */
+  dropInflight(lock: string, sessions: readonly string[], maxBoundMs: number): Promise<void>;
 
   // ---- gateway sessions (liveness of in-flight entries; docs/adr/0005) ----
   /** Registers a new gateway session with beat 0. */
@@ -262,6 +304,8 @@ export interface Store {
   /**
    * Ends a session if its beat still equals `ifBeat` (null: unconditionally, for the
    * owner's own clean shutdown). Ending removes it for good: a later beat finds nothing.
+   * Its in-flight entries that were not delivering stop counting; delivering ones count
+   * on until an observer drops them, their bound after it saw the session gone.
    * Returns true when this call ended it.
    */
   endSession(id: string, ifBeat: number | null): Promise<boolean>;
@@ -297,4 +341,14 @@ export interface StoreOptions {
   allowVolatileRedis?: boolean;
   /** rediss://: the CA certificates (PEM) the server's certificate must chain to (--store-ca). */
   tlsCa?: readonly string[];
+}
+
+/**
+ * The delivery bound an admission records on its entry (AdmitRequest.deliveryBoundMs):
+ * whole milliseconds ≥ 0, and 0 unless the admission records an entry.
+ */
+export function deliveryBound(req: AdmitRequest): number {
+  const ms = req.deliveryBoundMs ?? 0;
+  if (req.record !== true || !(ms > 0)) return 0;
+  return Number.isFinite(ms) ? Math.ceil(ms) : 0;
 }

@@ -2,8 +2,9 @@
  * Wraps a real Store to inject failures and observe calls: `down = true` makes every
  * call throw StoreUnavailableError (as a store whose backend is unreachable does),
  * `failing` only the calls named in it;
- * `finishes` counts finish() calls per request id (exactly-once checks); `entries` lists
- * the request ids whose admission recorded an in-flight entry.
+ * `finishes` counts finish() calls per request id (exactly-once checks), `finishedAt` when
+ * the first was made (Date.now()); `entries` lists the request ids whose admission
+ * recorded an in-flight entry.
  */
 import { StoreUnavailableError } from '../../src/errors.js';
 import type { AdmitRequest, AdmitResult, Store } from '../../src/store/types.js';
@@ -13,6 +14,7 @@ export interface FaultyStore extends Store {
   /** Added to every call, to simulate a slow store. */
   delayMs: number;
   readonly finishes: Map<string, number>;
+  readonly finishedAt: Map<string, number>;
   /** Request ids of admissions that recorded an entry (admitted with `record`), in answer order. */
   readonly entries: string[];
   /**
@@ -28,6 +30,7 @@ export interface FaultyStore extends Store {
 
 export function faultyStore(inner: Store): FaultyStore {
   const finishes = new Map<string, number>();
+  const finishedAt = new Map<string, number>();
   const calls: string[] = [];
   const entries: string[] = [];
   const failing = new Set<string>();
@@ -44,6 +47,7 @@ export function faultyStore(inner: Store): FaultyStore {
     get(target, prop, receiver) {
       if (prop === 'down' || prop === 'delayMs') return control[prop];
       if (prop === 'finishes') return finishes;
+      if (prop === 'finishedAt') return finishedAt;
       if (prop === 'calls') return calls;
       if (prop === 'entries') return entries;
       if (prop === 'entriesFinished') return entriesFinished;
@@ -53,13 +57,17 @@ export function faultyStore(inner: Store): FaultyStore {
         return typeof value === 'function' ? value.bind(target) : value;
       return async (...args: unknown[]) => {
         calls.push(String(prop));
-        if (prop === 'finish') finishes.set(String(args[1]), (finishes.get(String(args[1])) ?? 0) + 1);
+        if (prop === 'finish') {
+          const id = String(args[1]);
+          finishes.set(id, (finishes.get(id) ?? 0) + 1);
+          if (!finishedAt.has(id)) finishedAt.set(id, Date.now());
+        }
         if (control.delayMs > 0) await new Promise((r) => setTimeout(r, control.delayMs));
         if (control.down || failing.has(String(prop)))
           throw new StoreUnavailableError(`injected: store down (${String(prop)})`);
         const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
         const admission = args[0] as AdmitRequest;
-        if (prop === 'admit' && admission.record && (result as AdmitResult).ok)
+        if (prop === 'admit' && admission.record === true && (result as AdmitResult).ok)
           entries.push(admission.requestId);
         return result;
       };

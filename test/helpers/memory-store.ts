@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { StoreUnavailableError } from '../../src/errors.js';
-import { GRANT_HISTORY } from '../../src/store/types.js';
+import { deliveryBound, GRANT_HISTORY } from '../../src/store/types.js';
 import type {
   AcquireRequest,
   AcquireResult,
@@ -31,7 +31,8 @@ interface KeyState {
   lease: Lease | null;
   waiters: { id: string; deadline: number }[];
   highest: bigint | null;
-  inflight: Map<string, { token: bigint; session: string }>;
+  shadowHighest: bigint | null;
+  inflight: Map<string, { token: bigint; session: string; bound: number }>;
   grants: Map<string, { owner: string; lease: Lease }>;
   /** The last GRANT_HISTORY grants, newest first. */
   owners: GrantRecord[];
@@ -147,24 +148,27 @@ export class MemoryStore implements Store {
   async admit(req: AdmitRequest): Promise<AdmitResult> {
     const s = this.state(req.lock);
     const now = this.clock();
-    if (s.issued === 0n || req.token > s.issued) return { ok: false, reason: 'forged', highest: s.highest };
-    if (req.token <= this.floor || (s.highest !== null && req.token < s.highest)) {
-      return { ok: false, reason: 'stale', highest: s.highest };
+    // Shadow admissions are judged against the shadow record; the others against the higher of both.
+    const highest = req.record === 'shadow' ? s.shadowHighest : max(s.highest, s.shadowHighest);
+    if (s.issued === 0n || req.token > s.issued) return { ok: false, reason: 'forged', highest };
+    if (req.token <= this.floor || (highest !== null && req.token < highest)) {
+      return { ok: false, reason: 'stale', highest };
     }
     if (req.check === 'lease') {
       const live = s.lease !== null && s.lease.expiresAt > now && s.lease.token === req.token;
-      if (!live) return { ok: false, reason: 'lease-expired', highest: s.highest };
+      if (!live) return { ok: false, reason: 'lease-expired', highest };
+    }
+    const raised = max(highest, req.token) as bigint;
+    if (req.record === 'shadow') {
+      s.shadowHighest = raised;
+      return { ok: true, highest: raised, lowerInflight: 0 };
     }
     const lowerInflight = this.lower(s, req.token).length;
-    if (!req.record)
-      return {
-        ok: true,
-        highest: s.highest === null || s.highest < req.token ? req.token : s.highest,
-        lowerInflight,
-      };
-    s.highest = s.highest === null || s.highest < req.token ? req.token : s.highest;
-    s.inflight.set(req.requestId, { token: req.token, session: req.session });
-    return { ok: true, highest: s.highest, lowerInflight };
+    if (!req.record) return { ok: true, highest: raised, lowerInflight };
+    s.highest = max(s.highest, req.token);
+    const bound = lowerInflight === 0 ? deliveryBound(req) : 0;
+    s.inflight.set(req.requestId, { token: req.token, session: req.session, bound });
+    return { ok: true, highest: raised, lowerInflight };
   }
 
   async finish(lock: string, requestId: string): Promise<void> {
@@ -173,16 +177,27 @@ export class MemoryStore implements Store {
     this.notify(lock);
   }
 
-  async lowerInflight(lock: string, token: bigint): Promise<InflightState> {
+  async deliver(lock: string, requestId: string, boundMs: number): Promise<boolean> {
     this.clock();
-    const lower = this.lower(this.state(lock), token);
-    return { count: lower.length, sessions: [...new Set(lower.map((e) => e.session))] };
+    const e = this.state(lock).inflight.get(requestId);
+    if (e === undefined) return false;
+    e.bound = Math.max(0, Math.ceil(boundMs));
+    return true;
   }
 
-  async dropInflight(lock: string, sessions: readonly string[]): Promise<void> {
+  async lowerInflight(lock: string, token: bigint): Promise<InflightState> {
+    this.clock();
+    const bounds = new Map<string, number>();
+    const lower = this.lower(this.state(lock), token);
+    for (const e of lower) bounds.set(e.session, Math.max(bounds.get(e.session) ?? 0, e.bound));
+    return { count: lower.length, sessions: [...bounds.keys()], bounds: [...bounds.values()] };
+  }
+
+  async dropInflight(lock: string, sessions: readonly string[], maxBoundMs: number): Promise<void> {
     this.clock();
     const s = this.state(lock);
-    for (const [id, e] of s.inflight) if (sessions.includes(e.session)) s.inflight.delete(id);
+    for (const [id, e] of s.inflight)
+      if (sessions.includes(e.session) && e.bound <= maxBoundMs) s.inflight.delete(id);
     this.notify(lock);
   }
 
@@ -215,7 +230,9 @@ export class MemoryStore implements Store {
     if (s === undefined || (ifBeat !== null && s.beat !== ifBeat)) return false;
     this.sessions.delete(id);
     for (const [lock, state] of this.keys) {
-      for (const [rid, e] of state.inflight) if (e.session === id) state.inflight.delete(rid);
+      // A delivering entry counts on after its session ended (until a gateway drops it).
+      for (const [rid, e] of state.inflight)
+        if (e.session === id && e.bound === 0) state.inflight.delete(rid);
       this.notify(lock);
     }
     return true;
@@ -259,7 +276,9 @@ export class MemoryStore implements Store {
   }
 
   private lower(s: KeyState, token: bigint) {
-    return [...s.inflight.values()].filter((e) => e.token < token && this.sessions.has(e.session));
+    return [...s.inflight.values()].filter(
+      (e) => e.token < token && (this.sessions.has(e.session) || e.bound > 0),
+    );
   }
 
   private describe(key: string, s: KeyState): LockState {
@@ -275,6 +294,7 @@ export class MemoryStore implements Store {
       expiresAt: live?.expiresAt ?? null,
       waiters: s.waiters.filter((w) => w.deadline > now).length,
       highest: s.highest,
+      shadowHighest: s.shadowHighest,
     };
   }
 
@@ -286,6 +306,7 @@ export class MemoryStore implements Store {
         lease: null,
         waiters: [],
         highest: null,
+        shadowHighest: null,
         inflight: new Map(),
         grants: new Map(),
         owners: [],
@@ -303,4 +324,10 @@ export class MemoryStore implements Store {
     if (this.closed) throw new StoreUnavailableError('memory store is closed');
     return Date.now();
   }
+}
+
+function max(a: bigint | null, b: bigint | null): bigint | null {
+  if (a === null) return b;
+  if (b === null) return a;
+  return a > b ? a : b;
 }

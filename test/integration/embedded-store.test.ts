@@ -87,7 +87,7 @@ describe('embedded store', { timeout: 90_000 }, () => {
     const drained = nextWake(b, 'k');
     await a.finish('k', 'w1');
     await drained;
-    expect(await b.lowerInflight('k', g2.lease.token)).toEqual({ count: 0, sessions: [] });
+    expect(await b.lowerInflight('k', g2.lease.token)).toEqual({ count: 0, sessions: [], bounds: [] });
   });
 
   it('wakes a watcher in another process, and goes on when that process is killed', async () => {

@@ -152,7 +152,34 @@ describe.each(GATEWAY_STORES)('drain barrier on $name store', (factory) => {
     expect([...store.finishes.values()]).toEqual([1, 1]);
   });
 
+  it('a write the upstream dropped unanswered keeps counting for its lock-delay: a higher token waits for it', async () => {
+    // The upstream may still apply a request it had whole and never answered (it closed the
+    // connection): its entry is finished only its bound (the upstream's timeoutMs) after it was sent.
+    await gw.close();
+    gw = await startGateway({ store, policy: ordersPolicy(upstream.url, { timeoutMs: 2000 }) });
+    const a = await mint(store, 'order:6');
+    const b = await mint(store, 'order:6');
+    upstream.handler = (_req, res) => {
+      upstream.handler = slow;
+      res.destroy();
+    };
+    expect((await put(gw, '/orders/6', a.token)).status).toBe(502);
+    const entryA = store.entries[0]!;
+    expect(store.finishes.has(entryA)).toBe(false); // still counting after the 502
+    const second = await put(gw, '/orders/6', b.token);
+    expect(second.status).toBe(200);
+    const [hitA, hitB] = upstream.hits;
+    expect(hitB?.headers['fencing-token']).toBe(String(b.token));
+    // B waited at the barrier until A's entry was finished, and reached the upstream only then.
+    expect(store.calls).toContain('lowerInflight');
+    expect(hitB!.receivedAt).toBeGreaterThanOrEqual(store.finishedAt.get(entryA)!);
+    expect(store.finishedAt.get(entryA)!).toBeGreaterThan(hitA!.receivedAt);
+  });
+
   it('finishes every admitted write exactly once: answered, upstream error, refused', async () => {
+    // A short upstream bound: the write the upstream drops unanswered counts for its lock-delay.
+    await gw.close();
+    gw = await startGateway({ store, policy: ordersPolicy(upstream.url, { timeoutMs: 400 }) });
     const a = await mint(store, 'order:5');
     await Promise.all([1, 2, 3].map(() => put(gw, '/orders/5', a.token)));
     upstream.handler = (_req, res) => void res.destroy();

@@ -170,30 +170,33 @@ describe.each(GATEWAY_STORES)('gateway fencing on $name store', (factory) => {
     expect((await store.inspect('tenant:acme:3'))?.highest).toBe(lease.token);
   });
 
-  it('shadow mode: refusals are counted and recorded, the request is forwarded, the store is unchanged', async () => {
+  it('shadow mode: every write is judged against the shadow record and forwarded; would-be refusals are counted and recorded', async () => {
     const a = await mint(store, 'shadow:1');
     const b = await mint(store, 'shadow:1');
     expect((await call(gw, 'PUT', '/shadow/1', { 'fencing-token': String(b.token) })).status).toBe(200);
+    // The takeover case shadow mode exists for: the older owner writes after the newer one.
     expect((await call(gw, 'PUT', '/shadow/1', { 'fencing-token': String(a.token) })).status).toBe(200);
     expect((await call(gw, 'PUT', '/shadow/1', {})).status).toBe(200);
     expect((await call(gw, 'PUT', '/shadow/1', { 'fencing-token': String(b.token + 99n) })).status).toBe(200);
     expect(upstream.hits).toHaveLength(4);
     expect(upstream.hits.map((h) => h.headers['x-fencegate-fence'])).toEqual([
       'shadow-admitted',
-      'shadow-admitted',
+      'shadow-refused',
       'shadow-refused',
       'shadow-refused',
     ]);
-    // Nothing recorded: b was "admitted" in shadow, so a is not stale.
-    expect((await store.inspect('shadow:1'))?.highest ?? null).toBeNull();
-    const reasons = gw.events.recent().map((e) => [e.reason, e.enforced]);
-    expect(reasons).toEqual([
-      ['forged', false],
-      ['missing', false],
+    // The shadow record moved; the enforced fence did not.
+    expect(await store.inspect('shadow:1')).toMatchObject({ highest: null, shadowHighest: b.token });
+    const events = gw.events.recent().map((e) => [e.reason, e.enforced, e.token, e.highest]);
+    expect(events).toEqual([
+      ['forged', false, String(b.token + 99n), String(b.token)],
+      ['missing', false, null, null],
+      ['stale', false, String(a.token), String(b.token)],
     ]);
     const fenced = await gw.metrics.fencedWrites.get();
     const moved = fenced.values.filter((v) => v.value > 0);
     expect(moved.map((v) => v.labels)).toEqual([
+      { route: 'shadow-writes', reason: 'stale', enforced: 'false' },
       { route: 'shadow-writes', reason: 'forged', enforced: 'false' },
       { route: 'shadow-writes', reason: 'missing', enforced: 'false' },
     ]);

@@ -179,7 +179,11 @@ describe('the scripts', () => {
       ['lease[4]', 'lease expiresAt (ms)'],
       ['cur[4]', 'lease expiresAt (ms)'],
       ['ttlMs', 'lease TTL (ms)'],
-      ['ARGV[2]', 'waitMs (enqueue_waiter.lua); the number of locks (fence_batch.lua)'],
+      [
+        'ARGV[2]',
+        'waitMs (enqueue_waiter.lua); the number of locks (fence_batch.lua); a delivery bound in ms (drop_inflight.lua)',
+      ],
+      ['e[4]', "an in-flight entry's delivery bound (ms)"],
       ['ARGV[j + 1]', 'a lock position in the batch (fence_batch.lua)'],
       ['ARGV[i + 1]', 'a lock position in the batch (fence_batch.lua)'],
       ['ARGV[8]', 'grants remembered in the owners field (a count)'],

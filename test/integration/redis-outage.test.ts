@@ -75,7 +75,7 @@ describe('Redis down and back', () => {
         }),
       () => store.finish('k', 'r'),
       () => store.lowerInflight('k', a.lease.token),
-      () => store.dropInflight('k', ['s']),
+      () => store.dropInflight('k', ['s'], 0),
       () => store.openSession('s2', 1000),
       () => store.beatSession('s'),
       () => store.readSessions(null),

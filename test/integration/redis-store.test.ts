@@ -177,10 +177,10 @@ describe('admit', () => {
     const s = await store.lowerInflight('f', a.token + 1n);
     expect(s.count).toBe(3);
     expect([...s.sessions].sort()).toEqual(['s1', 's2']);
-    expect(await store.lowerInflight('f', a.token)).toEqual({ count: 0, sessions: [] });
-    await store.dropInflight('f', ['s2', 'nobody']);
-    expect(await store.lowerInflight('f', a.token + 1n)).toEqual({ count: 1, sessions: ['s1'] });
-    expect(await redisCall(t.url, 'HGET', lockKeys(t.prefix, 'f').inf, 'r1')).toBe(`${a.token} s1`);
+    expect(await store.lowerInflight('f', a.token)).toEqual({ count: 0, sessions: [], bounds: [] });
+    await store.dropInflight('f', ['s2', 'nobody'], 0);
+    expect(await store.lowerInflight('f', a.token + 1n)).toEqual({ count: 1, sessions: ['s1'], bounds: [0] });
+    expect(await redisCall(t.url, 'HGET', lockKeys(t.prefix, 'f').inf, 'r1')).toBe(`${a.token} s1 0`);
   });
 });
 

@@ -166,6 +166,7 @@ describe.each(FIXTURES)('SQL store behaviour: $name', ({ open }) => {
       expiresAt: a.expiresAt,
       waiters: 0,
       highest: null,
+      shadowHighest: null,
     });
     const listed = (await store.listLocks({ limit: 1000, prefix: k(), after: null })).locks;
     expect(listed.find((l) => l.key === k())).toMatchObject({ held: true, token: a.token });
@@ -260,10 +261,10 @@ describe.each(FIXTURES)('SQL store behaviour: $name', ({ open }) => {
     expect(s.count).toBe(2);
     expect([...s.sessions].sort()).toEqual([s1, s2].sort());
     await store.finish(k(), 'slow');
-    expect(await store.lowerInflight(k(), b.token)).toEqual({ count: 1, sessions: [s2] });
-    // Ending the session removes its entries in the same transaction.
+    expect(await store.lowerInflight(k(), b.token)).toEqual({ count: 1, sessions: [s2], bounds: [0] });
+    // Ending the session removes its entries that were not delivering in the same transaction.
     expect(await store.endSession(s2, 0)).toBe(true);
-    expect(await store.lowerInflight(k(), b.token)).toEqual({ count: 0, sessions: [] });
+    expect(await store.lowerInflight(k(), b.token)).toEqual({ count: 0, sessions: [], bounds: [] });
     expect(
       await store.admit({ ...base, lock: k(), token: b.token, requestId: 'b', session: s1 }),
     ).toMatchObject({ ok: true, lowerInflight: 0 });

@@ -159,6 +159,7 @@ describe.each(GATEWAY_STORES)('stale-write cache on the $name store', (factory) 
               route: { ...route, fencing: { ...route.fencing, check: o.check } },
               lock,
               record: o.record,
+              deliveryBoundMs: 0,
               raw: headers(token),
               request: { id: requestId },
               lease: propLease,

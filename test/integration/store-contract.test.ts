@@ -417,7 +417,7 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
       expect((await h.store.inspect(lock))?.highest).toBe(b.token);
     });
 
-    it('shadow admission (record: false) gives the verdict and moves nothing', async () => {
+    it('a judge-only admission (record: false) gives the verdict and moves nothing', async () => {
       const lock = 'f:2';
       const a = await grant(h.store, lock, 'a', 100);
       await sleep(150);
@@ -427,6 +427,106 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
       expect(await admit(h.store, lock, a.token)).toMatchObject({ ok: true });
       expect(await admit(h.store, lock, a.token, { record: false })).toMatchObject({ ok: true });
       expect((await h.store.lowerInflight(lock, b.token)).count).toBe(1);
+    });
+
+    it("shadow admissions judge against the lock's shadow record and raise it alone; enforcement starts from it", async () => {
+      const lock = 'f:shadow';
+      const a = await grant(h.store, lock, 'a', 100);
+      await sleep(150);
+      const b = await grant(h.store, lock, 'b', 100);
+      await sleep(150);
+      const c = await grant(h.store, lock, 'c');
+      const shadow = { record: 'shadow' as const };
+      expect(await admit(h.store, lock, b.token, shadow)).toEqual({
+        ok: true,
+        highest: b.token,
+        lowerInflight: 0,
+      });
+      expect(await h.store.inspect(lock)).toMatchObject({ highest: null, shadowHighest: b.token });
+      // Judged exactly as enforcement would judge it, against the shadow record.
+      expect(await admit(h.store, lock, a.token, shadow)).toEqual({
+        ok: false,
+        reason: 'stale',
+        highest: b.token,
+      });
+      expect(await admit(h.store, lock, c.token + 1n, shadow)).toMatchObject({ ok: false, reason: 'forged' });
+      expect(await admit(h.store, lock, b.token, shadow)).toMatchObject({ ok: true }); // same token again
+      // Nothing in flight, no fence moved.
+      expect((await h.store.lowerInflight(lock, c.token + 1n)).count).toBe(0);
+      // An enforced admission judges against the higher of the fence and the shadow record
+      // (a route switched from shadow to enforced starts from what the shadow period saw).
+      expect(await admit(h.store, lock, a.token)).toEqual({ ok: false, reason: 'stale', highest: b.token });
+      expect(await admit(h.store, lock, c.token)).toMatchObject({ ok: true, highest: c.token });
+      // ... and does not raise the shadow record: the shadow routes' own record stays b.
+      expect(await h.store.inspect(lock)).toMatchObject({ highest: c.token, shadowHighest: b.token });
+      expect(await admit(h.store, lock, b.token, shadow)).toMatchObject({ ok: true, highest: b.token });
+      expect(await admit(h.store, lock, c.token, shadow)).toMatchObject({ ok: true, highest: c.token });
+      expect((await h.store.inspect(lock))?.shadowHighest).toBe(c.token);
+    });
+
+    it('a delivering entry counts on after its session ended, until dropped with its bound', async () => {
+      const lock = 'f:delivered';
+      const gone = randomUUID();
+      const quiet = randomUUID();
+      await h.store.openSession(gone, 60_000);
+      await h.store.openSession(quiet, 60_000);
+      const a = await grant(h.store, lock, 'a', 100);
+      const sent = randomUUID();
+      // Left at once (nothing lower in flight): the entry carries its bound from the admission.
+      expect(
+        await admit(h.store, lock, a.token, { session: gone, requestId: sent, deliveryBoundMs: 5000 }),
+      ).toMatchObject({ ok: true, lowerInflight: 0 });
+      // Not delivering (bound 0): an entry that waited, its write never sent.
+      await admit(h.store, lock, a.token, { session: quiet, deliveryBoundMs: 0 });
+      await sleep(150);
+      const b = await grant(h.store, lock, 'b');
+      expect(await h.store.lowerInflight(lock, b.token)).toEqual({
+        count: 2,
+        sessions: expect.arrayContaining([gone, quiet]),
+        bounds: expect.any(Array),
+      });
+      expect(await h.store.endSession(gone, 0)).toBe(true);
+      expect(await h.store.endSession(quiet, 0)).toBe(true);
+      // What an observer does at once for ended sessions: drop the entries that were not
+      // delivering. The quiet session's entry is gone; the delivering one counts on.
+      await h.store.dropInflight(lock, [gone, quiet], 0);
+      expect(await h.store.lowerInflight(lock, b.token)).toEqual({
+        count: 1,
+        sessions: [gone],
+        bounds: [5000],
+      });
+      await h.store.dropInflight(lock, [gone], 4999); // a longer bound is not yet covered
+      expect((await h.store.lowerInflight(lock, b.token)).count).toBe(1);
+      await h.store.dropInflight(lock, [gone], 5000);
+      expect(await h.store.lowerInflight(lock, b.token)).toEqual({ count: 0, sessions: [], bounds: [] });
+    });
+
+    it('an admission behind lower-token writes records no bound until it is delivered', async () => {
+      const lock = 'f:deliver';
+      const first = randomUUID();
+      const second = randomUUID();
+      await h.store.openSession(first, 60_000);
+      await h.store.openSession(second, 60_000);
+      const a = await grant(h.store, lock, 'a', 100);
+      await admit(h.store, lock, a.token, { session: first, deliveryBoundMs: 3000 });
+      await sleep(150);
+      const b = await grant(h.store, lock, 'b', 100);
+      const waiting = randomUUID();
+      expect(
+        await admit(h.store, lock, b.token, { session: second, requestId: waiting, deliveryBoundMs: 7000 }),
+      ).toMatchObject({ ok: true, lowerInflight: 1 });
+      await sleep(150);
+      const c = await grant(h.store, lock, 'c');
+      const bounds = async () => {
+        const s = await h.store.lowerInflight(lock, c.token);
+        return Object.fromEntries(s.sessions.map((id, i) => [id, s.bounds[i]]));
+      };
+      expect(await bounds()).toEqual({ [first]: 3000, [second]: 0 });
+      expect(await h.store.deliver(lock, waiting, 7000)).toBe(true);
+      expect(await bounds()).toEqual({ [first]: 3000, [second]: 7000 });
+      expect(await h.store.deliver(lock, 'no-such-entry', 7000)).toBe(false);
+      await h.store.finish(lock, waiting);
+      expect(await h.store.deliver(lock, waiting, 7000)).toBe(false); // finished: gone
     });
 
     it('check "lease" refuses a token whose lease is not live now', async () => {
@@ -465,15 +565,19 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
       expect([...state.sessions].sort()).toEqual([session, other].sort());
       await h.store.finish(lock, r1);
       await until(async () => notified > 0, 'finish notification');
-      expect(await h.store.lowerInflight(lock, b.token)).toEqual({ count: 1, sessions: [other] });
+      expect(await h.store.lowerInflight(lock, b.token)).toEqual({
+        count: 1,
+        sessions: [other],
+        bounds: [0],
+      });
       // Entries never lapse by time: only their session ending stops them counting.
       await sleep(300);
       expect((await h.store.lowerInflight(lock, b.token)).count).toBe(1);
       const seen = notified;
       expect(await h.store.endSession(other, 0)).toBe(true);
-      await h.store.dropInflight(lock, [other]);
+      await h.store.dropInflight(lock, [other], 0);
       await until(async () => notified > seen, 'drop notification');
-      expect(await h.store.lowerInflight(lock, b.token)).toEqual({ count: 0, sessions: [] });
+      expect(await h.store.lowerInflight(lock, b.token)).toEqual({ count: 0, sessions: [], bounds: [] });
       off();
     });
 

@@ -6,6 +6,9 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { AdmissionHolds, type Hold } from '../../src/gateway/admission-hold.js';
 import { SessionLease } from '../../src/gateway/session.js';
 
+/** The delivery bound every hold here carries (ms). */
+const BOUND = 1000;
+
 function lease(id = 's1'): SessionLease {
   const l = new SessionLease(id);
   l.validUntil = Infinity;
@@ -29,21 +32,21 @@ describe('admission holds', () => {
   });
 
   const admit = (lock: string, token: bigint, l = s1, id = `${lock}@${token}`): Hold =>
-    holds.admitted(lock, token, l, token, () => finished.push(id));
+    holds.admitted(lock, token, l, token, () => finished.push(id), BOUND);
 
   it('lets the same token join an open hold, and finishes the entry once, after it closes and its last write', () => {
     const first = admit('a', 5n);
-    expect(holds.join('a', 5n, s1)).toBeNull(); // not open before its write cleared the barrier
+    expect(holds.join('a', 5n, s1, BOUND)).toBeNull(); // not open before its write cleared the barrier
     holds.open(first);
-    const second = holds.join('a', 5n, s1);
+    const second = holds.join('a', 5n, s1, BOUND);
     expect(second).toBe(first);
     expect(second?.highest).toBe(5n);
     holds.leave(first);
     holds.leave(first);
     expect(finished).toEqual([]); // still open: the next write may join
-    const third = holds.join('a', 5n, s1)!;
+    const third = holds.join('a', 5n, s1, BOUND)!;
     vi.advanceTimersByTime(25);
-    expect(holds.join('a', 5n, s1)).toBeNull(); // closed at holdMs
+    expect(holds.join('a', 5n, s1, BOUND)).toBeNull(); // closed at holdMs
     expect(finished).toEqual([]); // third is still at the upstream
     holds.leave(third);
     expect(finished).toEqual(['a@5']);
@@ -66,7 +69,7 @@ describe('admission holds', () => {
     // The clock is past holdMs but the timer that closes the hold has not run (a busy loop).
     const at = performance.now();
     vi.spyOn(performance, 'now').mockReturnValue(at + 25);
-    expect(holds.join('a', 5n, s1)).toBeNull();
+    expect(holds.join('a', 5n, s1, BOUND)).toBeNull();
     holds.leave(h);
     expect(finished).toEqual(['a@5']);
   });
@@ -74,9 +77,9 @@ describe('admission holds', () => {
   it('another token closes the hold: its entry is finished as soon as its writes are over', () => {
     const h = admit('a', 5n);
     holds.open(h);
-    expect(holds.join('a', 6n, s1)).toBeNull();
+    expect(holds.join('a', 6n, s1, BOUND)).toBeNull();
     expect(finished).toEqual([]); // h's own write is still in flight
-    expect(holds.join('a', 5n, s1)).toBeNull(); // closed for good
+    expect(holds.join('a', 5n, s1, BOUND)).toBeNull(); // closed for good
     holds.leave(h);
     expect(finished).toEqual(['a@5']);
   });
@@ -85,7 +88,7 @@ describe('admission holds', () => {
     const h = admit('a', 5n);
     holds.open(h);
     holds.leave(h);
-    expect(holds.join('a', 6n, s1)).toBeNull();
+    expect(holds.join('a', 6n, s1, BOUND)).toBeNull();
     expect(finished).toEqual(['a@5']);
     vi.advanceTimersByTime(100);
     expect(finished).toEqual(['a@5']); // exactly once
@@ -98,7 +101,7 @@ describe('admission holds', () => {
     const newer = admit('a', 6n);
     holds.open(newer);
     expect(finished).toEqual(['a@5']);
-    expect(holds.join('a', 6n, s1)).toBe(newer);
+    expect(holds.join('a', 6n, s1, BOUND)).toBe(newer);
   });
 
   it('a second admission of the same token keeps the first hold and finishes its own entry when done', () => {
@@ -106,7 +109,7 @@ describe('admission holds', () => {
     const second = admit('a', 5n, s1, 'r2');
     holds.open(first);
     holds.open(second);
-    expect(holds.join('a', 5n, s1)).toBe(first);
+    expect(holds.join('a', 5n, s1, BOUND)).toBe(first);
     holds.leave(second);
     expect(finished).toEqual(['r2']);
   });
@@ -114,23 +117,23 @@ describe('admission holds', () => {
   it('nothing joins under a lapsed or another session, and the hold is closed', () => {
     const h = admit('a', 5n);
     holds.open(h);
-    expect(holds.join('a', 5n, lease('s2'))).toBeNull();
+    expect(holds.join('a', 5n, lease('s2'), BOUND)).toBeNull();
     holds.leave(h);
     expect(finished).toEqual(['a@5']);
 
     const k = admit('b', 7n);
     holds.open(k);
     s1.validUntil = -Infinity;
-    expect(holds.join('b', 7n, s1)).toBeNull();
+    expect(holds.join('b', 7n, s1, BOUND)).toBeNull();
     holds.leave(k);
     expect(finished).toEqual(['a@5', 'b@7']);
   });
 
   it('does not open under a lapsed lease, nor when holds are off', () => {
     const off = new AdmissionHolds(0);
-    const h = off.admitted('a', 5n, s1, 5n, () => finished.push('off'));
+    const h = off.admitted('a', 5n, s1, 5n, () => finished.push('off'), BOUND);
     off.open(h);
-    expect(off.join('a', 5n, s1)).toBeNull();
+    expect(off.join('a', 5n, s1, BOUND)).toBeNull();
     off.leave(h);
     expect(finished).toEqual(['off']);
 
@@ -148,8 +151,8 @@ describe('admission holds', () => {
     const b = admit('b', 5n);
     holds.open(a);
     holds.open(b);
-    expect(holds.join('a', 5n, s1)).toBe(a);
-    expect(holds.join('b', 5n, s1)).toBe(b);
+    expect(holds.join('a', 5n, s1, BOUND)).toBe(a);
+    expect(holds.join('b', 5n, s1, BOUND)).toBe(b);
     expect(holds.size).toBe(2);
   });
 
@@ -175,7 +178,7 @@ describe('admission holds', () => {
       const h = admit(lock, token);
       holds.open(h);
       vi.advanceTimersByTime(10);
-      holds.leave(holds.join(lock, token, s1)!);
+      holds.leave(holds.join(lock, token, s1, BOUND)!);
       vi.advanceTimersByTime(TICK);
       return h;
     };
@@ -183,17 +186,17 @@ describe('admission holds', () => {
     it('a write in the second half renews once; the fresh admission replaces the hold', async () => {
       const h = admit('a', 5n);
       holds.open(h);
-      holds.leave(holds.join('a', 5n, s1)!); // first half: no renewal
+      holds.leave(holds.join('a', 5n, s1, BOUND)!); // first half: no renewal
       expect(asked).toHaveLength(0);
       vi.advanceTimersByTime(10);
-      const late = holds.join('a', 5n, s1)!;
-      holds.join('a', 5n, s1);
+      const late = holds.join('a', 5n, s1, BOUND)!;
+      holds.join('a', 5n, s1, BOUND);
       expect(asked).toHaveLength(0); // made at the next tick
       vi.advanceTimersByTime(TICK);
       expect(asked).toHaveLength(1); // one renewal at a time
       asked[0]!.resolve(fresh('renewed'));
       await settle();
-      const next = holds.join('a', 5n, s1);
+      const next = holds.join('a', 5n, s1, BOUND);
       expect(next).not.toBe(h);
       holds.leave(next!);
       holds.leave(late);
@@ -201,7 +204,7 @@ describe('admission holds', () => {
       holds.leave(h);
       expect(finished).toEqual(['a@5']); // the old entry, once its writes were over
       vi.advanceTimersByTime(19);
-      expect(holds.join('a', 5n, s1)).toBe(next); // the fresh hold runs its own 20 ms
+      expect(holds.join('a', 5n, s1, BOUND)).toBe(next); // the fresh hold runs its own 20 ms
       holds.leave(next!);
       vi.advanceTimersByTime(TICK); // that join, in its second half, asked for a renewal
       expect(asked).toHaveLength(2);
@@ -216,16 +219,16 @@ describe('admission holds', () => {
       const h = renewing('a', 5n); // at 12 ms of 20, its renewal made
       holds.leave(h);
       vi.advanceTimersByTime(10); // 22 ms: past its time, the store has not answered
-      const slow = holds.join('a', 5n, s1);
+      const slow = holds.join('a', 5n, s1, BOUND);
       expect(slow).toBe(h); // joined: the store's slow answer costs the holder's writes nothing
       holds.leave(slow!);
       vi.advanceTimersByTime(17); // 39 ms
-      expect(holds.join('a', 5n, s1)).toBe(h);
+      expect(holds.join('a', 5n, s1, BOUND)).toBe(h);
       holds.leave(h);
       expect(finished).toEqual([]);
       vi.advanceTimersByTime(1); // 40 ms: 2 × holdMs, nothing joins any more
       expect(finished).toEqual(['a@5']);
-      expect(holds.join('a', 5n, s1)).toBeNull();
+      expect(holds.join('a', 5n, s1, BOUND)).toBeNull();
       asked[0]!.resolve(fresh('late'));
       await settle();
       expect(finished).toEqual(['a@5', 'late']); // the late fresh entry is finished, not installed
@@ -237,7 +240,7 @@ describe('admission holds', () => {
       vi.advanceTimersByTime(10);
       asked[0]!.resolve(fresh('r1'));
       await settle();
-      const next = holds.join('a', 5n, s1);
+      const next = holds.join('a', 5n, s1, BOUND);
       expect(next).not.toBe(h);
       expect(next).not.toBeNull();
       holds.leave(next!);
@@ -245,16 +248,16 @@ describe('admission holds', () => {
       expect(finished).toEqual(['a@5']);
 
       const failing = new AdmissionHolds(20, () => Promise.reject(new Error('store down')));
-      const b = failing.admitted('b', 7n, s1, 7n, () => finished.push('b@7'));
+      const b = failing.admitted('b', 7n, s1, 7n, () => finished.push('b@7'), BOUND);
       failing.open(b);
       vi.advanceTimersByTime(10);
-      failing.leave(failing.join('b', 7n, s1)!);
+      failing.leave(failing.join('b', 7n, s1, BOUND)!);
       vi.advanceTimersByTime(TICK);
       failing.leave(b);
       vi.advanceTimersByTime(8); // its renewal failed: it closed at its time (and r1 ran out)
       await settle();
       expect(finished).toEqual(['a@5', 'r1', 'b@7']);
-      expect(failing.join('b', 7n, s1)).toBeNull();
+      expect(failing.join('b', 7n, s1, BOUND)).toBeNull();
     });
 
     it('renewals falling due within a tick are made together; a hold closed before its tick is not renewed', () => {
@@ -265,11 +268,11 @@ describe('admission holds', () => {
       holds.open(b);
       holds.open(c);
       vi.advanceTimersByTime(10);
-      holds.leave(holds.join('a', 5n, s1)!);
+      holds.leave(holds.join('a', 5n, s1, BOUND)!);
       vi.advanceTimersByTime(1);
-      holds.leave(holds.join('b', 6n, s1)!);
-      holds.leave(holds.join('c', 7n, s1)!);
-      expect(holds.join('c', 8n, s1)).toBeNull(); // another token closes c's hold
+      holds.leave(holds.join('b', 6n, s1, BOUND)!);
+      holds.leave(holds.join('c', 7n, s1, BOUND)!);
+      expect(holds.join('c', 8n, s1, BOUND)).toBeNull(); // another token closes c's hold
       expect(asked).toHaveLength(0);
       vi.advanceTimersByTime(1);
       expect(asked.map((x) => x.lock)).toEqual(['a', 'b']);
@@ -287,11 +290,11 @@ describe('admission holds', () => {
 
     it('a renewal that comes back after another token superseded the hold is finished at once', async () => {
       const h = renewing('a', 5n);
-      expect(holds.join('a', 6n, s1)).toBeNull(); // supersedes
+      expect(holds.join('a', 6n, s1, BOUND)).toBeNull(); // supersedes
       asked[0]!.resolve(fresh('late'));
       await settle();
       expect(finished).toEqual(['late']);
-      expect(holds.join('a', 5n, s1)).toBeNull();
+      expect(holds.join('a', 5n, s1, BOUND)).toBeNull();
       holds.leave(h);
       expect(finished).toEqual(['late', 'a@5']);
     });
@@ -304,7 +307,7 @@ describe('admission holds', () => {
       asked[0]!.resolve(fresh('r1'));
       await settle();
       expect(finished).toEqual(['a@5', 'r1']);
-      expect(holds.join('a', 5n, s1)).toBeNull();
+      expect(holds.join('a', 5n, s1, BOUND)).toBeNull();
 
       renewing('b', 7n);
       vi.advanceTimersByTime(30); // it runs out; a write opens another hold for b
@@ -313,7 +316,7 @@ describe('admission holds', () => {
       asked[1]!.resolve(fresh('r2'));
       await settle();
       expect(finished).toContain('r2');
-      expect(holds.join('b', 7n, s1)).toBe(other);
+      expect(holds.join('b', 7n, s1, BOUND)).toBe(other);
     });
   });
 });

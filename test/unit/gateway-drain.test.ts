@@ -27,13 +27,18 @@ async function setup() {
     if (r.ok) await inner.release('k', r.lease.leaseId);
   }
   await inner.openSession('other', 60_000);
-  const drain = (token: bigint, timeoutMs: number, signal = new AbortController().signal, own = lease()) =>
-    awaitDrain(guard, observer, own, 'k', token, timeoutMs, signal);
-  return { inner, store, guard, drain };
+  const drain = (
+    token: bigint,
+    timeoutMs: number,
+    signal = new AbortController().signal,
+    own = lease(),
+    onLockDelay?: (leftMs: number) => void,
+  ) => awaitDrain({ guard, observer, lease: own, lock: 'k', token, timeoutMs, signal, onLockDelay });
+  return { inner, store, guard, observer, drain };
 }
 
-const admit = (s: MemoryStore, token: bigint, requestId: string, session = 'other') =>
-  s.admit({ lock: 'k', token, check: 'token', requestId, session, record: true });
+const admit = (s: MemoryStore, token: bigint, requestId: string, session = 'other', deliveryBoundMs = 0) =>
+  s.admit({ lock: 'k', token, check: 'token', requestId, session, record: true, deliveryBoundMs });
 
 describe('awaitDrain', () => {
   it('clears on the finish notification, without polling', async () => {
@@ -59,6 +64,35 @@ describe('awaitDrain', () => {
     expect(await drain(2n, 5000)).toBe('cleared');
     expect(await inner.readSessions(['crashed'])).toEqual(new Map());
     expect((await inner.lowerInflight('k', 2n)).count).toBe(0);
+    guard.shutdown();
+  });
+
+  it("a crashed gateway's delivering entry counts for its lock-delay after the session was ended, then is dropped", async () => {
+    const { inner, guard, observer, drain } = await setup();
+    await inner.openSession('crashed', 100);
+    await admit(inner, 1n, 'a', 'crashed', 1000); // delivering: the upstream may take 1 s to apply it
+    const delays: number[] = [];
+    // Within its lock-delay (1.25 s from when the session was seen gone) the entry holds the barrier.
+    expect(await drain(2n, 600, undefined, undefined, (left) => delays.push(left))).toBe('timeout');
+    expect(await inner.readSessions(['crashed'])).toEqual(new Map()); // the session itself was ended
+    expect(delays).toHaveLength(1);
+    expect(delays[0]).toBeGreaterThan(0);
+    expect(delays[0]).toBeLessThanOrEqual(1250);
+    expect((await inner.lowerInflight('k', 2n)).count).toBe(1);
+    // Past it, the entry is dropped and the barrier clears.
+    expect(await drain(2n, 5000)).toBe('cleared');
+    expect((await inner.lowerInflight('k', 2n)).count).toBe(0);
+    expect(observer.delayLeft('crashed', 1000)).toBe(0);
+    guard.shutdown();
+  });
+
+  it("a crashed gateway's entry that was not delivering stops counting with its session (no lock-delay)", async () => {
+    const { inner, guard, drain } = await setup();
+    await inner.openSession('crashed', 100);
+    await admit(inner, 1n, 'a', 'crashed', 0); // it waited (barrier, body): never sent
+    const delays: number[] = [];
+    expect(await drain(2n, 600, undefined, undefined, (left) => delays.push(left))).toBe('cleared');
+    expect(delays).toEqual([]);
     guard.shutdown();
   });
 
@@ -112,7 +146,7 @@ describe('awaitDrain', () => {
 describe('InflightEntry', () => {
   it('finishes exactly once, whatever happens', () => {
     let n = 0;
-    const e = new InflightEntry(lease(), () => n++);
+    const e = new InflightEntry(lease(), () => n++, 0);
     e.forwarding();
     e.clientClosed(); // still at the upstream: not yet
     expect(n).toBe(0);
@@ -125,7 +159,7 @@ describe('InflightEntry', () => {
 
   it('a client leaving before forwarding finishes it', () => {
     let n = 0;
-    const e = new InflightEntry(lease(), () => n++);
+    const e = new InflightEntry(lease(), () => n++, 0);
     e.clientClosed();
     e.forwarding();
     e.upstreamSettled();

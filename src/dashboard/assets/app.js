@@ -30,6 +30,7 @@
     'malformed',
     'unavailable',
     'drain-timeout',
+    'delivered-write',
     'expired',
     'lease-lost',
     'not-owner',

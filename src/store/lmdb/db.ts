@@ -18,8 +18,14 @@ import { open, type Database, type RootDatabase } from 'lmdb';
 
 /** The file LMDB keeps its data in, inside the store directory (with `fencegate.mdb-lock`). */
 export const DATA_FILE = 'fencegate.mdb';
-/** Bumped when the records change in a way an older fencegate cannot read. */
-export const FORMAT_VERSION = '1';
+/**
+ * Bumped when the records change in a way an older fencegate cannot read or would
+ * misjudge. 2: in-flight entries carry a delivery bound and locks a shadow record (a
+ * format-1 namespace is upgraded in place: its records read as bound 0 and no shadow).
+ */
+export const FORMAT_VERSION = '2';
+/** Formats this fencegate upgrades to FORMAT_VERSION when it opens them. */
+export const UPGRADABLE_FORMATS: readonly string[] = ['1'];
 
 export interface LockRec {
   /** Key floor: store clock × 1000 when the record was created. The first token is above it. */
@@ -28,6 +34,8 @@ export interface LockRec {
   issued: string | null;
   /** Highest token admitted by a gateway; null while none was. */
   highest: string | null;
+  /** Highest token admitted by shadow-mode routes (absent in format 1); null while none was. */
+  shadowHighest?: string | null;
   /** The current lease, live or lapsed; all null when released or never granted. */
   leaseId: string | null;
   owner: string | null;
@@ -52,8 +60,11 @@ export interface WaiterRec {
   deadline: number;
 }
 
-/** A key's in-flight writes: request id → [token, session id]. */
-export type InflightRec = Record<string, [string, string]>;
+/**
+ * A key's in-flight writes: request id → [token, session id, delivery bound ms] (the
+ * bound absent in format 1, read as 0: the write was not delivering).
+ */
+export type InflightRec = Record<string, [string, string, number?]>;
 
 export interface SessionRec {
   beat: number;

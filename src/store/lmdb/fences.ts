@@ -5,15 +5,35 @@
  * gateway sessions that own in-flight entries (docs/adr/0005-gateway-sessions.md).
  * The checks and their order are the SQL store's (src/store/sql/fences.ts, judge).
  */
-import type { AdmitRequest, AdmitResult, BeatResult, InflightState, SessionRecord } from '../types.js';
+import {
+  deliveryBound,
+  type AdmitRequest,
+  type AdmitResult,
+  type BeatResult,
+  type InflightState,
+  type SessionRecord,
+} from '../types.js';
 import type { InflightRec, LockRec, Tables } from './db.js';
 import { epochFloor, maxBig, type Outcome } from './locks.js';
 
 type Verdict = { ok: true; highest: bigint } | Extract<AdmitResult, { ok: false }>;
 
+/**
+ * What an admission is judged against: for a shadow admission the shadow record, for the
+ * others the higher of the fence and the shadow record (a route switched from shadow mode
+ * to enforced starts from what the shadow period admitted).
+ */
+function judgedHighest(l: LockRec, req: AdmitRequest): bigint | null {
+  const shadow = l.shadowHighest == null ? null : BigInt(l.shadowHighest);
+  if (req.record === 'shadow') return shadow;
+  const fence = l.highest === null ? null : BigInt(l.highest);
+  if (fence === null || shadow === null) return fence ?? shadow;
+  return maxBig(fence, shadow);
+}
+
 function judge(t: Tables, l: LockRec | undefined, req: AdmitRequest, now: number): Verdict {
   if (l === undefined) return { ok: false, reason: 'forged', highest: null };
-  const highest = l.highest === null ? null : BigInt(l.highest);
+  const highest = judgedHighest(l, req);
   const floor = maxBig(BigInt(l.floor), epochFloor(t));
   if (req.token <= floor) return { ok: false, reason: 'stale', highest };
   if (l.issued === null || req.token > BigInt(l.issued)) return { ok: false, reason: 'forged', highest };
@@ -27,28 +47,32 @@ function judge(t: Tables, l: LockRec | undefined, req: AdmitRequest, now: number
   return { ok: true, highest: highest === null ? req.token : maxBig(highest, req.token) };
 }
 
-/** In-flight entries of `lock` below `token` whose session still exists. */
+/**
+ * In-flight entries of `lock` below `token` that still count: their session exists, or
+ * their write was delivering (a bound above 0: it counts on after its session ended,
+ * until a gateway drops it). Per session, the largest bound among them.
+ */
 function lower(t: Tables, entries: InflightRec | undefined, token: bigint): InflightState {
-  const sessions = new Set<string>();
+  const bounds = new Map<string, number>();
   let count = 0;
   if (entries !== undefined) {
     const alive = new Map<string, boolean>();
-    for (const [entryToken, session] of Object.values(entries)) {
+    for (const [entryToken, session, bound = 0] of Object.values(entries)) {
       if (BigInt(entryToken) >= token) continue;
       let live = alive.get(session);
       if (live === undefined) {
         live = t.sessions.get(session) !== undefined;
         alive.set(session, live);
       }
-      if (!live) continue;
+      if (!live && bound === 0) continue;
       count++;
-      sessions.add(session);
+      bounds.set(session, Math.max(bounds.get(session) ?? 0, bound));
     }
   }
-  return { count, sessions: [...sessions] };
+  return { count, sessions: [...bounds.keys()], bounds: [...bounds.values()] };
 }
 
-/** Shadow mode (record false): the verdict only, read outside a transaction. */
+/** A kind fenced in the resource (record false): the verdict only, read outside a transaction. */
 export function judgeOnly(t: Tables, req: AdmitRequest, now: number): AdmitResult {
   const v = judge(t, t.locks.get(req.lock), req, now);
   return v.ok
@@ -56,18 +80,38 @@ export function judgeOnly(t: Tables, req: AdmitRequest, now: number): AdmitResul
     : v;
 }
 
-/** Runs inside a write transaction: checks, raises the fence and registers the in-flight write. */
+/**
+ * Runs inside a write transaction: checks, then raises the fence and registers the
+ * in-flight write (with its delivery bound when nothing lower is in flight), or, for a
+ * shadow admission, raises the shadow record alone.
+ */
 export function admit(t: Tables, req: AdmitRequest, now: number): AdmitResult {
   const l = t.locks.get(req.lock);
   const v = judge(t, l, req, now);
   if (!v.ok) return v;
   if (l === undefined) return { ok: false, reason: 'forged', highest: null };
+  const token = req.token.toString();
+  if (req.record === 'shadow') {
+    if (l.shadowHighest == null || BigInt(l.shadowHighest) < req.token)
+      t.locks.put(req.lock, { ...l, shadowHighest: token });
+    return { ok: true, highest: v.highest, lowerInflight: 0 };
+  }
   const entries = t.inflight.get(req.lock);
   const below = lower(t, entries, req.token).count;
-  const token = req.token.toString();
   if (l.highest === null || BigInt(l.highest) < req.token) t.locks.put(req.lock, { ...l, highest: token });
-  t.inflight.put(req.lock, { ...entries, [req.requestId]: [token, req.session] });
+  const bound = below === 0 ? deliveryBound(req) : 0;
+  t.inflight.put(req.lock, { ...entries, [req.requestId]: [token, req.session, bound] });
   return { ok: true, highest: v.highest, lowerInflight: below };
+}
+
+/** Runs inside a write transaction: marks the entry as delivering; false when it is gone. */
+export function deliver(t: Tables, lock: string, requestId: string, boundMs: number): Outcome<boolean> {
+  const entries = t.inflight.get(lock);
+  const entry = entries?.[requestId];
+  if (entries === undefined || entry === undefined) return { result: false, notify: [] };
+  const bound = Math.max(0, Math.ceil(boundMs));
+  t.inflight.put(lock, { ...entries, [requestId]: [entry[0], entry[1], bound] });
+  return { result: true, notify: [] };
 }
 
 /** Runs inside a write transaction. */
@@ -86,21 +130,32 @@ export function lowerInflight(t: Tables, lock: string, token: bigint): InflightS
   return lower(t, t.inflight.get(lock), token);
 }
 
-/** Runs inside a write transaction: removes the lock's entries owned by `sessions`. */
-export function dropInflight(t: Tables, lock: string, sessions: readonly string[]): Outcome<void> {
-  const entries = t.inflight.get(lock);
-  if (entries === undefined) return { result: undefined, notify: [] };
+/** Runs inside a write transaction: removes the lock's entries owned by `sessions` with a bound up to `maxBoundMs`. */
+export function dropInflight(
+  t: Tables,
+  lock: string,
+  sessions: readonly string[],
+  maxBoundMs: number,
+): Outcome<void> {
   const ended = new Set(sessions);
+  const dropped = removeEntries(t, lock, (entry) => ended.has(entry[1]) && (entry[2] ?? 0) <= maxBoundMs);
+  return { result: undefined, notify: dropped ? [lock] : [] };
+}
+
+/** Removes the lock's entries that `which` selects; true when any was removed. */
+function removeEntries(t: Tables, lock: string, which: (entry: InflightRec[string]) => boolean): boolean {
+  const entries = t.inflight.get(lock);
+  if (entries === undefined) return false;
   const rest: InflightRec = {};
   let dropped = 0;
   for (const [id, entry] of Object.entries(entries)) {
-    if (ended.has(entry[1])) dropped++;
+    if (which(entry)) dropped++;
     else rest[id] = entry;
   }
-  if (dropped === 0) return { result: undefined, notify: [] };
+  if (dropped === 0) return false;
   if (Object.keys(rest).length > 0) t.inflight.put(lock, rest);
   else t.inflight.remove(lock);
-  return { result: undefined, notify: [lock] };
+  return true;
 }
 
 /** Session ids are plain tokens (as in the SQL store, which lists them space-separated). */
@@ -139,8 +194,9 @@ export function readSessions(t: Tables, ids: readonly string[] | null): Map<stri
 
 /**
  * Runs inside a write transaction. Ends the session if its beat is still `ifBeat`
- * (null: unconditionally) and removes its in-flight entries (a scan of the in-flight
- * table: entries exist only while writes are in flight, so it is short).
+ * (null: unconditionally) and removes its in-flight entries that were not delivering
+ * (a scan of the in-flight table: entries exist only while writes are in flight, so it
+ * is short); delivering ones count on until a gateway drops them after their bound.
  */
 export function endSession(t: Tables, id: string, ifBeat: number | null): Outcome<boolean> {
   const s = t.sessions.get(id);
@@ -149,7 +205,7 @@ export function endSession(t: Tables, id: string, ifBeat: number | null): Outcom
   const notify: string[] = [];
   // Keys first: the table is written while we go.
   for (const key of [...t.inflight.getKeys({})]) {
-    if (dropInflight(t, key, [id]).notify.length > 0) notify.push(key);
+    if (removeEntries(t, key, (entry) => entry[1] === id && (entry[2] ?? 0) === 0)) notify.push(key);
   }
   return { result: true, notify };
 }

@@ -215,6 +215,7 @@ function lockState(t: Tables, key: string, l: LockRec, now: number): LockState |
     expiresAt: held ? l.expiresAt : null,
     waiters: liveWaiters(t, key, now).length,
     highest: l.highest === null ? null : BigInt(l.highest),
+    shadowHighest: l.shadowHighest == null ? null : BigInt(l.shadowHighest),
   };
 }
 

@@ -6,7 +6,7 @@
  * housekeeping never holds the write lock for long and never deletes a record that
  * changed meanwhile.
  */
-import type { Tables } from './db.js';
+import type { InflightRec, Tables } from './db.js';
 import { nowMs } from './db.js';
 
 const BATCH = 500;
@@ -38,15 +38,17 @@ export async function housekeep(t: Tables, stopped: () => boolean): Promise<void
     if (q !== undefined && q.every((w) => w.deadline <= at)) t.waiters.remove(key);
   });
   if (stopped()) return;
+  // Entries of ended sessions that were not delivering (endSession removes them; this
+  // catches leftovers). A delivering one is left to the gateway that watches it for its bound.
+  const leftover = ([, session, bound = 0]: InflightRec[string]) =>
+    bound === 0 && t.sessions.get(session) === undefined;
   const orphaned = [...t.inflight.getRange({})]
-    .filter((e) => Object.values(e.value).some(([, session]) => t.sessions.get(session) === undefined))
+    .filter((e) => Object.values(e.value).some(leftover))
     .map((e) => e.key);
   await inBatches(orphaned, t, (key) => {
     const entries = t.inflight.get(key);
     if (entries === undefined) return;
-    const rest = Object.fromEntries(
-      Object.entries(entries).filter(([, [, s]]) => t.sessions.get(s) !== undefined),
-    );
+    const rest = Object.fromEntries(Object.entries(entries).filter(([, entry]) => !leftover(entry)));
     if (Object.keys(rest).length > 0) t.inflight.put(key, rest);
     else t.inflight.remove(key);
   });

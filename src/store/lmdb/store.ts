@@ -31,7 +31,15 @@ import type {
   StoreHealth,
   StoreOptions,
 } from '../types.js';
-import { DATA_FILE, FORMAT_VERSION, nowMs, openTables, type EpochRec, type Tables } from './db.js';
+import {
+  DATA_FILE,
+  FORMAT_VERSION,
+  nowMs,
+  openTables,
+  UPGRADABLE_FORMATS,
+  type EpochRec,
+  type Tables,
+} from './db.js';
 import * as fences from './fences.js';
 import * as locks from './locks.js';
 import { housekeep } from './prune.js';
@@ -102,15 +110,18 @@ export class LmdbStore implements Store {
   /** Creates the namespace's format record and epoch if missing; refuses a format it cannot read. */
   private async init(): Promise<void> {
     const found = await this.t.root.transaction(() => {
-      const format = this.t.meta.get('format') as string | undefined;
-      if (format === undefined) this.t.meta.put('format', FORMAT_VERSION);
+      let format = this.t.meta.get('format') as string | undefined;
+      if (format === undefined || UPGRADABLE_FORMATS.includes(format)) {
+        this.t.meta.put('format', FORMAT_VERSION);
+        format = FORMAT_VERSION;
+      }
       if (this.t.meta.get('epoch') === undefined) {
         // A missing epoch (a new or lost namespace): a floor above every token lost state could have issued.
         const now = nowMs();
         const epoch: EpochRec = { id: randomUUID(), floor: (BigInt(now) * 1000n).toString(), startedAt: now };
         this.t.meta.put('epoch', epoch);
       }
-      return format ?? FORMAT_VERSION;
+      return format;
     });
     if (found !== FORMAT_VERSION) {
       throw new StoreUnavailableError(
@@ -222,7 +233,7 @@ export class LmdbStore implements Store {
   // ---- fences ----
 
   async admit(req: AdmitRequest): Promise<AdmitResult> {
-    if (!req.record) return this.read((now) => fences.judgeOnly(this.t, req, now));
+    if (req.record === false) return this.read((now) => fences.judgeOnly(this.t, req, now));
     const r = await this.write((now) => ({ result: fences.admit(this.t, req, now), notify: [] }));
     this.housekeep();
     return r;
@@ -232,13 +243,17 @@ export class LmdbStore implements Store {
     return this.write(() => fences.finish(this.t, lock, requestId));
   }
 
+  async deliver(lock: string, requestId: string, boundMs: number): Promise<boolean> {
+    return this.write(() => fences.deliver(this.t, lock, requestId, boundMs));
+  }
+
   lowerInflight(lock: string, token: FencingToken): Promise<InflightState> {
     return this.read(() => fences.lowerInflight(this.t, lock, token));
   }
 
-  dropInflight(lock: string, sessions: readonly string[]): Promise<void> {
+  dropInflight(lock: string, sessions: readonly string[], maxBoundMs: number): Promise<void> {
     if (sessions.length === 0) return Promise.resolve();
-    return this.write(() => fences.dropInflight(this.t, lock, sessions));
+    return this.write(() => fences.dropInflight(this.t, lock, sessions, maxBoundMs));
   }
 
   openSession(id: string, ttlMs: number): Promise<void> {

@@ -1,6 +1,6 @@
 /**
  * The fenced write path's two store calls, admit and finish, gathered per turn of the
- * event loop and sent as one `fg_fence_batch_v1` script call (scripts/fence_batch.lua).
+ * event loop and sent as one `fg_fence_batch_v2` script call (scripts/fence_batch.lua).
  *
  * A batch is what a pipeline of single calls would be, run by Redis as one command: the
  * operations apply in call order, each answered as if it ran alone at that point, and the
@@ -24,7 +24,7 @@ import { EncodedScript, isNoScript, RespArgs } from './encoded-script.js';
 import { scriptSource, type FencegateRedis } from './scripts.js';
 
 /** fence_batch.lua, called with arguments encoded as they arrive (encoded-script.ts). */
-const FENCE_BATCH = new EncodedScript(scriptSource('fg_fence_batch_v1'));
+const FENCE_BATCH = new EncodedScript(scriptSource('fg_fence_batch_v2'));
 
 export interface BatchedAdmit {
   result: AdmitResult;
@@ -117,7 +117,8 @@ export class FenceBatcher {
     check: string,
     requestId: string,
     session: string,
-    record: boolean,
+    record: boolean | 'shadow',
+    boundMs: number,
   ): Promise<BatchedAdmit> {
     const b = this.batch(false);
     const ops = b.ops;
@@ -127,7 +128,8 @@ export class FenceBatcher {
     ops.push(check);
     ops.push(requestId);
     ops.push(session);
-    ops.push(record ? '1' : '0');
+    ops.push(record === 'shadow' ? 's' : record ? '1' : '0');
+    ops.push(String(boundMs));
     b.admits++;
     if (!this.immediate) {
       this.immediate = true;
@@ -266,7 +268,7 @@ export class FenceBatcher {
 function settle(b: Batch, value: unknown, current: boolean | Error): void {
   let r: ReplyReader;
   try {
-    r = new ReplyReader(value, 'fg_fence_batch_v1');
+    r = new ReplyReader(value, 'fg_fence_batch_v2');
   } catch (err) {
     fail(b, err);
     return;

@@ -108,7 +108,7 @@ export function parseRenew(reply: unknown, key: string, leaseId: string): RenewR
 
 export function parseInspect(reply: unknown, key: string): LockState | null {
   if (reply === null) return null;
-  const r = new ReplyReader(reply, 'fg_inspect_v1');
+  const r = new ReplyReader(reply, 'fg_inspect_v2');
   const issued = r.token(0);
   const held = r.flag(1);
   return {
@@ -121,10 +121,11 @@ export function parseInspect(reply: unknown, key: string): LockState | null {
     expiresAt: held ? r.int(5) : null,
     waiters: r.int(6),
     highest: r.optToken(7),
+    shadowHighest: r.optToken(8),
   };
 }
 
-/** The admission at position `at` of a fg_fence_batch_v1 reply (three elements). */
+/** The admission at position `at` of a fg_fence_batch_v2 reply (three elements). */
 export function parseAdmitAt(r: ReplyReader, at: number): AdmitResult {
   const status = r.str(at);
   switch (status) {
@@ -141,7 +142,7 @@ export function parseAdmitAt(r: ReplyReader, at: number): AdmitResult {
   }
 }
 
-/** The finish at position `at` of a fg_fence_batch_v1 reply: whether the entry existed. */
+/** The finish at position `at` of a fg_fence_batch_v2 reply: whether the entry existed. */
 export function parseFinishAt(r: ReplyReader, at: number): boolean {
   const v = r.str(at);
   if (v !== '0' && v !== '1')
@@ -150,10 +151,14 @@ export function parseFinishAt(r: ReplyReader, at: number): boolean {
 }
 
 export function parseInflight(reply: unknown): InflightState {
-  const r = new ReplyReader(reply, 'fg_lower_inflight_v2');
+  const r = new ReplyReader(reply, 'fg_lower_inflight_v3');
   const sessions: string[] = [];
-  for (let i = 1; i < r.length; i++) sessions.push(r.str(i));
-  return { count: r.int(0), sessions };
+  const bounds: number[] = [];
+  for (let i = 1; i + 1 < r.length; i += 2) {
+    sessions.push(r.str(i));
+    bounds.push(r.int(i + 1));
+  }
+  return { count: r.int(0), sessions, bounds };
 }
 
 export function parseBeat(reply: unknown): BeatResult {

@@ -21,10 +21,11 @@ export const SCRIPTS = {
   fg_release_v1: ['release.lua', 1],
   fg_enqueue_waiter_v1: ['enqueue_waiter.lua', 2],
   fg_remove_waiter_v1: ['remove_waiter.lua', 2],
-  fg_inspect_v1: ['inspect.lua', 5],
-  fg_fence_batch_v1: ['fence_batch.lua', 'encoded'],
-  fg_lower_inflight_v2: ['lower_inflight.lua', 1],
-  fg_drop_inflight_v1: ['drop_inflight.lua', 1],
+  fg_inspect_v2: ['inspect.lua', 5],
+  fg_fence_batch_v2: ['fence_batch.lua', 'encoded'],
+  fg_deliver_v1: ['deliver.lua', 1],
+  fg_lower_inflight_v3: ['lower_inflight.lua', 1],
+  fg_drop_inflight_v2: ['drop_inflight.lua', 1],
   fg_session_open_v1: ['session_open.lua', 1],
   fg_session_beat_v1: ['session_beat.lua', 1],
   fg_session_end_v1: ['session_end.lua', 1],
@@ -56,9 +57,15 @@ export interface FencegateCommands {
   fg_release_v1(lease: string, leaseId: string, channel: string): Promise<unknown>;
   fg_enqueue_waiter_v1(waitq: string, waitdl: string, waiterId: string, waitMs: string): Promise<unknown>;
   fg_remove_waiter_v1(waitq: string, waitdl: string, waiterId: string, channel: string): Promise<unknown>;
-  fg_inspect_v1(ctr: string, lease: string, waitq: string, waitdl: string, fence: string): Promise<unknown>;
-  fg_lower_inflight_v2(inf: string, token: string): Promise<unknown>;
-  fg_drop_inflight_v1(inf: string, channel: string, ...sessions: string[]): Promise<unknown>;
+  fg_inspect_v2(ctr: string, lease: string, waitq: string, waitdl: string, fence: string): Promise<unknown>;
+  fg_deliver_v1(inf: string, requestId: string, boundMs: string): Promise<unknown>;
+  fg_lower_inflight_v3(inf: string, token: string): Promise<unknown>;
+  fg_drop_inflight_v2(
+    inf: string,
+    channel: string,
+    maxBoundMs: string,
+    ...sessions: string[]
+  ): Promise<unknown>;
   fg_session_open_v1(sessions: string, id: string, ttlMs: string): Promise<unknown>;
   fg_session_beat_v1(sessions: string, id: string): Promise<unknown>;
   fg_session_end_v1(sessions: string, id: string, expectedBeat: string): Promise<unknown>;

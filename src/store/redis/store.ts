@@ -6,7 +6,13 @@
  */
 import { randomUUID } from 'node:crypto';
 import { formatToken, parseToken, type FencingToken } from '../../tokens.js';
-import { GRANT_HISTORY, type GrantRecord, type ListLocksQuery, type LockPage } from '../types.js';
+import {
+  deliveryBound as bound,
+  GRANT_HISTORY,
+  type GrantRecord,
+  type ListLocksQuery,
+  type LockPage,
+} from '../types.js';
 import type {
   AcquireRequest,
   AcquireResult,
@@ -172,7 +178,7 @@ class RedisStore implements Store {
   async inspect(key: string): Promise<LockState | null> {
     const k = this.keys(key);
     return this.run('inspect', async () =>
-      parseInspect(await this.redis.fg_inspect_v1(k.ctr, k.lease, k.waitq, k.waitdl, k.fence), key),
+      parseInspect(await this.redis.fg_inspect_v2(k.ctr, k.lease, k.waitq, k.waitdl, k.fence), key),
     );
   }
 
@@ -260,7 +266,7 @@ class RedisStore implements Store {
     const k = this.keys(req.lock);
     const token = formatToken(req.token);
     // Without the async frames of run() on the path every fenced write takes.
-    return this.fence.admit(k, token, req.check, req.requestId, req.session, req.record).then(
+    return this.fence.admit(k, token, req.check, req.requestId, req.session, req.record, bound(req)).then(
       (first) => (first.current === true ? first.result : this.admitAgain(k, token, req, first)),
       (err: unknown) => {
         throw unavailable(this.conn, 'admit', err);
@@ -278,7 +284,7 @@ class RedisStore implements Store {
     return this.run('admit', async () => {
       let { result, current } = first;
       while (current !== true) {
-        const undo = result.ok && req.record;
+        const undo = result.ok && req.record === true;
         if (current instanceof Error) {
           if (undo) await this.fence.finish(k, req.requestId).catch(() => undefined); // else: its session's end drops it
           throw current;
@@ -291,6 +297,7 @@ class RedisStore implements Store {
           req.requestId,
           req.session,
           req.record,
+          bound(req),
         ));
       }
       return result;
@@ -307,18 +314,25 @@ class RedisStore implements Store {
     );
   }
 
+  async deliver(lock: string, requestId: string, boundMs: number): Promise<boolean> {
+    const k = this.keys(lock);
+    const b = String(ms('boundMs', boundMs));
+    return this.run('deliver', async () => (await this.redis.fg_deliver_v1(k.inf, requestId, b)) === '1');
+  }
+
   async lowerInflight(lock: string, token: FencingToken): Promise<InflightState> {
     const k = this.keys(lock);
     const t = formatToken(token);
     return this.run('lowerInflight', async () =>
-      parseInflight(await this.redis.fg_lower_inflight_v2(k.inf, t)),
+      parseInflight(await this.redis.fg_lower_inflight_v3(k.inf, t)),
     );
   }
 
-  async dropInflight(lock: string, sessions: readonly string[]): Promise<void> {
+  async dropInflight(lock: string, sessions: readonly string[], maxBoundMs: number): Promise<void> {
     if (sessions.length === 0) return;
     const k = this.keys(lock);
-    await this.run('dropInflight', () => this.redis.fg_drop_inflight_v1(k.inf, k.channel, ...sessions));
+    const b = String(Math.max(0, Math.floor(maxBoundMs)));
+    await this.run('dropInflight', () => this.redis.fg_drop_inflight_v2(k.inf, k.channel, b, ...sessions));
   }
 
   async openSession(id: string, ttlMs: number): Promise<void> {

@@ -1,14 +1,22 @@
 /**
  * The gateway's fence operations on the SQL schema: admissions and finishes, run in
- * batches by one statement (batcher.ts; the rule is schema.sql's fence_batch_v1: the
+ * batches by one statement (batcher.ts; the rule is schema.sql's fence_batch_v2: the
  * compare-and-set of the highest token plus the in-flight entry of the drain barrier,
- * with the keys' rows locked), lowerInflight, and the gateway sessions that own
- * in-flight entries (docs/adr/0005-gateway-sessions.md).
+ * with the keys' rows locked), deliver, lowerInflight, and the gateway sessions that own
+ * in-flight entries (docs/adr/0005-gateway-sessions.md, 0018-lock-delay.md).
  */
-import type { AdmitRequest, AdmitResult, BeatResult, InflightState, SessionRecord } from '../types.js';
+import {
+  deliveryBound,
+  type AdmitRequest,
+  type AdmitResult,
+  type BeatResult,
+  type InflightState,
+  type SessionRecord,
+} from '../types.js';
 import { withRetries } from './driver.js';
 import { bigOrNull, ms, one, tokenParam, type SqlContext } from './context.js';
 import type {
+  DeliverRow,
   FenceBatchRow,
   LowerInflightRow,
   SessionBeatRow,
@@ -23,7 +31,7 @@ export interface FinishRequest {
 }
 
 /** Prepared-statement name of the batch statement (always the same text per connection). */
-const FENCE_BATCH = 'fencegate_fence_batch_v1';
+const FENCE_BATCH = 'fencegate_fence_batch_v2';
 
 /**
  * Runs `finishes`, then `admissions` as if one after another in array order, in one
@@ -44,7 +52,8 @@ export async function runFenceBatch(
     admissions.map((a) => (a.check === 'lease' ? 't' : 'f')),
     admissions.map((a) => a.requestId),
     admissions.map((a) => a.session),
-    admissions.map((a) => (a.record ? 't' : 'f')),
+    admissions.map((a) => (a.record === 'shadow' ? 's' : a.record ? 't' : 'f')),
+    admissions.map((a) => String(deliveryBound(a))),
     ctx.channel,
   ];
   const rows = await withRetries(() =>
@@ -66,16 +75,36 @@ export async function lowerInflight(ctx: SqlContext, lock: string, token: bigint
     await ctx.driver.query<LowerInflightRow>(ctx.q.lower_inflight, [lock, tokenParam(token)]),
     'lower_inflight',
   );
-  return { count: r.count, sessions: r.sessions === '' ? [] : r.sessions.split(' ') };
+  if (r.sessions === '') return { count: r.count, sessions: [], bounds: [] };
+  return { count: r.count, sessions: r.sessions.split(' '), bounds: r.bounds.split(' ').map(Number) };
+}
+
+export async function deliver(
+  ctx: SqlContext,
+  lock: string,
+  requestId: string,
+  boundMs: number,
+): Promise<boolean> {
+  const r = one(
+    await ctx.driver.query<DeliverRow>(ctx.q.deliver, [
+      lock,
+      requestId,
+      String(Math.max(0, Math.ceil(boundMs))),
+    ]),
+    'deliver',
+  );
+  return r.delivering > 0;
 }
 
 export async function dropInflight(
   ctx: SqlContext,
   lock: string,
   sessions: readonly string[],
+  maxBoundMs: number,
 ): Promise<void> {
   if (sessions.length === 0) return;
-  await ctx.driver.query(ctx.q.drop_inflight, [lock, sessions.join(' '), ctx.channel]);
+  const bound = String(Math.max(0, Math.floor(maxBoundMs)));
+  await ctx.driver.query(ctx.q.drop_inflight, [lock, sessions.join(' '), ctx.channel, bound]);
 }
 
 export async function openSession(ctx: SqlContext, id: string, ttlMs: number): Promise<void> {

@@ -179,6 +179,7 @@ function lockState(r: LockRow): LockState | null {
     expiresAt: held ? expiresAt : null,
     waiters: r.waiters,
     highest: bigOrNull(r.highest),
+    shadowHighest: bigOrNull(r.shadow_highest),
   };
 }
 

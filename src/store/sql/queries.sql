@@ -5,7 +5,7 @@
 -- exceed 2^53. Times are store-clock ms ({schema}.now_ms()).
 --
 -- Operations that decide on a key's state run in one transaction that first
--- locks the key's row (ensure_key, or fence_batch_v1's locking read), then reads,
+-- locks the key's row (ensure_key, or fence_batch_v2's locking read), then reads,
 -- then writes; so concurrent processes are serialised per key.
 
 -- name: init_lock
@@ -140,6 +140,7 @@ SELECT n.now::text        AS now,
        l.key,
        l.issued::text     AS issued,
        l.highest::text    AS highest,
+       l.shadow_highest::text AS shadow_highest,
        l.lease_id,
        l.owner,
        l.token::text      AS token,
@@ -162,6 +163,7 @@ SELECT n.now::text        AS now,
        l.key,
        l.issued::text     AS issued,
        l.highest::text    AS highest,
+       l.shadow_highest::text AS shadow_highest,
        l.lease_id,
        l.owner,
        l.token::text      AS token,
@@ -206,28 +208,46 @@ SELECT count(*)::int AS notified FROM (SELECT pg_notify($3::text, $1::text)) x;
 
 -- name: fence_batch
 -- Finishes, then admissions judged in array order, in one statement (schema.sql:
--- fence_batch_v1). $1 finished locks, $2 their request ids; per admission: $3 lock,
--- $4 token, $5 lease check, $6 request id, $7 session id, $8 recorded; $9 channel
+-- fence_batch_v2). $1 finished locks, $2 their request ids; per admission: $3 lock,
+-- $4 token, $5 lease check, $6 request id, $7 session id, $8 record ('t' | 's' | 'f'),
+-- $9 delivery bound ms; $10 channel
 -- → one row per admission, in order: verdict ok | stale | forged | lease-expired.
 SELECT ord, verdict, highest, lower_inflight
-  FROM {schema}.fence_batch_v1($1::text[], $2::text[], $3::text[], $4::bigint[], $5::boolean[],
-                               $6::text[], $7::text[], $8::boolean[], $9::text);
+  FROM {schema}.fence_batch_v2($1::text[], $2::text[], $3::text[], $4::bigint[], $5::boolean[],
+                               $6::text[], $7::text[], $8::text[], $9::bigint[], $10::text);
+
+-- name: deliver
+-- Marks an in-flight entry as delivering with its bound, before its write is sent.
+-- $1 lock, $2 request id, $3 bound ms → delivering: 1 when the entry exists, else 0
+WITH d AS (
+  UPDATE {schema}.inflight SET bound_ms = $3::bigint
+   WHERE lock = $1::text AND request_id = $2::text
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM d)::int AS delivering;
 
 -- name: lower_inflight
--- The lock's in-flight entries below $2 whose session still exists, and those
--- sessions (space-separated; ids never contain spaces). $1 lock, $2 token
-SELECT count(*)::int                                       AS count,
-       coalesce(string_agg(DISTINCT i.session_id, ' '), '') AS sessions
-  FROM {schema}.inflight i
-  JOIN {schema}.gateway_sessions s ON s.id = i.session_id
- WHERE i.lock = $1::text AND i.token < $2::bigint;
+-- The lock's in-flight entries below $2 that still count (their session exists, or
+-- their write was delivering: bound_ms > 0), their sessions (space-separated; ids
+-- never contain spaces) and, per session in the same order, the largest bound among
+-- them. $1 lock, $2 token
+SELECT coalesce(sum(e.n), 0)::int                                 AS count,
+       coalesce(string_agg(e.session_id, ' ' ORDER BY e.session_id), '') AS sessions,
+       coalesce(string_agg(e.bound::text, ' ' ORDER BY e.session_id), '') AS bounds
+  FROM (SELECT i.session_id, count(*) AS n, max(i.bound_ms) AS bound
+          FROM {schema}.inflight i
+          LEFT JOIN {schema}.gateway_sessions s ON s.id = i.session_id
+         WHERE i.lock = $1::text AND i.token < $2::bigint AND (s.id IS NOT NULL OR i.bound_ms > 0)
+         GROUP BY i.session_id) e;
 
 -- name: drop_inflight
--- Removes the lock's entries owned by the given (ended) sessions and notifies.
--- $1 lock, $2 session ids (space-separated), $3 channel
+-- Removes the lock's entries owned by the given (ended) sessions whose delivery bound
+-- is at most $4, and notifies.
+-- $1 lock, $2 session ids (space-separated), $3 channel, $4 max bound ms
 WITH dropped AS (
   DELETE FROM {schema}.inflight
    WHERE lock = $1::text AND session_id = ANY (string_to_array($2::text, ' '))
+     AND bound_ms <= $4::bigint
   RETURNING 1
 )
 SELECT count(*)::int AS notified
@@ -253,14 +273,16 @@ SELECT id, beat::text AS beat, ttl_ms::text AS ttl_ms
 
 -- name: session_end
 -- Ends the session if its beat is still $2 (NULL: unconditionally), removes its
--- in-flight entries and notifies each lock that had one.
+-- in-flight entries that were not delivering (the delivering ones count on: lock-delay)
+-- and notifies each lock that had one.
 -- $1 id, $2 expected beat or NULL, $3 channel
 WITH ended AS (
   DELETE FROM {schema}.gateway_sessions
    WHERE id = $1::text AND ($2::bigint IS NULL OR beat = $2::bigint)
   RETURNING id
 ), dropped AS (
-  DELETE FROM {schema}.inflight i USING ended e WHERE i.session_id = e.id RETURNING i.lock
+  DELETE FROM {schema}.inflight i USING ended e
+   WHERE i.session_id = e.id AND i.bound_ms = 0 RETURNING i.lock
 )
 SELECT (SELECT count(*) FROM ended)::int AS ended,
        (SELECT count(*) FROM (SELECT pg_notify($3::text, d.lock)
@@ -302,11 +324,13 @@ WITH g AS (
           WHERE deadline <= {schema}.now_ms() LIMIT $1::int FOR UPDATE SKIP LOCKED)
   RETURNING 1
 ), i AS (
-  -- entries whose session has ended (session_end removes them; this catches leftovers)
+  -- entries whose session has ended (session_end removes them; this catches leftovers);
+  -- a delivering entry is left to the gateway that watches it for its bound
   DELETE FROM {schema}.inflight
    WHERE (lock, request_id) IN (
          SELECT lock, request_id FROM {schema}.inflight f
-          WHERE NOT EXISTS (SELECT 1 FROM {schema}.gateway_sessions s WHERE s.id = f.session_id)
+          WHERE f.bound_ms = 0
+            AND NOT EXISTS (SELECT 1 FROM {schema}.gateway_sessions s WHERE s.id = f.session_id)
           LIMIT $1::int FOR UPDATE SKIP LOCKED)
   RETURNING 1
 )

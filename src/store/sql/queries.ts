@@ -20,6 +20,7 @@ const QUERY_NAMES = [
   'enqueue_waiter',
   'remove_waiter',
   'fence_batch',
+  'deliver',
   'lower_inflight',
   'drop_inflight',
   'session_open',
@@ -37,7 +38,7 @@ export type QueryName = (typeof QUERY_NAMES)[number];
 export type Queries = Readonly<Record<QueryName, string>>;
 
 /** The schema version this code writes and expects (meta.schema_version). */
-export const SCHEMA_VERSION = '2';
+export const SCHEMA_VERSION = '3';
 
 const SCHEMA_SQL = readFileSync(new URL('./schema.sql', import.meta.url), 'utf8');
 const QUERIES_SQL = readFileSync(new URL('./queries.sql', import.meta.url), 'utf8');
@@ -92,6 +93,7 @@ export interface LockRow {
   key: string;
   issued: string | null;
   highest: string | null;
+  shadow_highest: string | null;
   lease_id: string | null;
   owner: string | null;
   token: string | null;
@@ -141,6 +143,11 @@ export interface LowerInflightRow {
   count: number;
   /** Space-separated session ids ('' when none). */
   sessions: string;
+  bounds: string;
+}
+
+export interface DeliverRow {
+  delivering: number;
 }
 
 export interface SessionBeatRow {

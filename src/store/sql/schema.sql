@@ -20,10 +20,11 @@ CREATE TABLE IF NOT EXISTS {schema}.meta (
   name  text PRIMARY KEY,
   value text NOT NULL
 );
--- Version 2: in-flight entries belong to gateway sessions (the upgrade from 1 is at
--- the end of this file). A newer version is left alone, and refused by the check.
-INSERT INTO {schema}.meta AS m (name, value) VALUES ('schema_version', '2')
-ON CONFLICT (name) DO UPDATE SET value = '2' WHERE m.value = '1';
+-- Version 2: in-flight entries belong to gateway sessions. Version 3: entries carry a
+-- delivery bound, and locks a shadow record (the upgrades are ALTERs below, each
+-- idempotent). A newer version is left alone, and refused by the check.
+INSERT INTO {schema}.meta AS m (name, value) VALUES ('schema_version', '3')
+ON CONFLICT (name) DO UPDATE SET value = '3' WHERE m.value IN ('1', '2');
 
 -- The global epoch: one row. Its floor is raised by bumpEpoch() (after restoring a
 -- backup); every token minted is above it and admit() refuses tokens at or below
@@ -59,6 +60,9 @@ CREATE TABLE IF NOT EXISTS {schema}.locks (
   CHECK (issued IS NULL OR issued > floor)
 );
 CREATE INDEX IF NOT EXISTS locks_live ON {schema}.locks (expires_at) WHERE lease_id IS NOT NULL;
+-- Highest token admitted by shadow-mode routes (enforce: false); NULL while none was.
+-- Apart from the fence: a shadow admission is judged against it and raises it alone.
+ALTER TABLE {schema}.locks ADD COLUMN IF NOT EXISTS shadow_highest bigint;
 
 -- Idempotency records: a retried acquire with the same (key, request_id, owner)
 -- gets the lease first granted for it. Kept until keep_until (≥ max(ttl, 10 min)).
@@ -91,7 +95,10 @@ CREATE INDEX IF NOT EXISTS waiters_deadline ON {schema}.waiters (deadline);
 
 -- Writes admitted by a gateway and still in flight to the upstream (drain barrier).
 -- An entry has no deadline: it counts until it is finished or until the gateway
--- session that owns it ends (docs/adr/0005-gateway-sessions.md).
+-- session that owns it ends (docs/adr/0005-gateway-sessions.md); an entry whose write
+-- was delivering (bound_ms > 0: the upstream may take that long to apply it) counts
+-- on after its session ended, until a gateway that watched it gone for its bound drops
+-- it (docs/adr/0018-lock-delay.md).
 CREATE TABLE IF NOT EXISTS {schema}.inflight (
   lock       text   NOT NULL,
   request_id text   NOT NULL,
@@ -105,12 +112,14 @@ ALTER TABLE {schema}.inflight ADD COLUMN IF NOT EXISTS session_id text;
 DELETE FROM {schema}.inflight WHERE session_id IS NULL;
 ALTER TABLE {schema}.inflight ALTER COLUMN session_id SET NOT NULL;
 ALTER TABLE {schema}.inflight DROP COLUMN IF EXISTS deadline;
+ALTER TABLE {schema}.inflight ADD COLUMN IF NOT EXISTS bound_ms bigint NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS inflight_lower ON {schema}.inflight (lock, token);
 CREATE INDEX IF NOT EXISTS inflight_session ON {schema}.inflight (session_id);
 
 -- Gateway sessions: one per gateway process, kept alive by a heartbeat that bumps
 -- beat. Other gateways end a session whose beat they saw unchanged for ttl_ms of
--- their own monotonic clock; ending it removes its in-flight entries.
+-- their own monotonic clock; ending it removes its in-flight entries that were not
+-- delivering.
 CREATE TABLE IF NOT EXISTS {schema}.gateway_sessions (
   id         text   PRIMARY KEY,
   beat       bigint NOT NULL DEFAULT 0,
@@ -134,26 +143,36 @@ CREATE TABLE IF NOT EXISTS {schema}.grant_owners (
 -- another in array order. Batches from src/store/sql/batcher.ts; the rule of an
 -- admission lives here, its order of checks in docs/stores-sql.md.
 --
--- Row locks: the keys of the recorded admissions are locked first, in byte order of
--- the key (COLLATE "C"), so two batches never wait for each other in a cycle; the
--- judgement is a later statement of this function, so (READ COMMITTED, VOLATILE) it
+-- a_record[i]: 't' an enforced admission (the fence's compare-and-set and an in-flight
+-- entry), 's' a shadow-mode admission (judged against the key's shadow record, which it
+-- raises; nothing else written), 'f' the verdict only.
+--
+-- Row locks: the keys of the writing admissions ('t', 's') are locked first, in byte
+-- order of the key (COLLATE "C"), so two batches never wait for each other in a cycle;
+-- the judgement is a later statement of this function, so (READ COMMITTED, VOLATILE) it
 -- reads with a fresh snapshot that sees everything committed before the locks were
 -- granted, as the separate lock and read statements of one transaction did before.
--- A recorded admission whose key had no row to lock is forged (nothing was issued).
+-- A writing admission whose key had no row to lock is forged (nothing was issued).
 --
 -- Per admission i, for its key: floor = greatest(key floor, epoch floor); h = the
--- key's highest raised by the recorded admissions before i in this batch;
--- token ≤ floor → stale; never issued or token > issued → forged; token < h → stale;
--- a_lease[i] and the key's live lease is not this token → lease-expired; else ok.
--- lower_inflight counts the key's entries of live sessions below the token: the
--- committed ones and those recorded before i in this batch. Returns one row per
--- admission, in array order: (ord, verdict, highest, lower_inflight), highest as text.
+-- highest it is judged against: for 't' and 'f' the greater of the fence and the shadow
+-- record (a route switched from shadow to enforced starts from what the shadow period
+-- saw), for 's' the shadow record alone; each raised by the writing admissions before i
+-- in this batch that count for it ('t' and 's' for the fence's judgement, 's' for the
+-- shadow's). token ≤ floor → stale; never issued or token > issued → forged; token < h →
+-- stale; a_lease[i] and the key's live lease is not this token → lease-expired; else ok.
+-- lower_inflight counts the key's entries below the token that still count (their
+-- session lives, or their write was delivering: bound_ms > 0), the committed ones and
+-- the enforced ones recorded before i in this batch; shadow admissions count none. An
+-- enforced admission's entry carries a_bounds[i] when its lower_inflight is 0 (the write
+-- leaves at once), else 0. Returns one row per admission, in array order: (ord, verdict,
+-- highest, lower_inflight), highest as text.
 -- Versioned name: a change of meaning is a new function, so gateways of two versions
 -- sharing a store each call their own.
-CREATE OR REPLACE FUNCTION {schema}.fence_batch_v1(
+CREATE OR REPLACE FUNCTION {schema}.fence_batch_v2(
   fin_locks text[], fin_ids text[],
   a_locks text[], a_tokens bigint[], a_lease boolean[], a_ids text[], a_sessions text[],
-  a_record boolean[], channel text)
+  a_record text[], a_bounds bigint[], channel text)
 RETURNS TABLE (ord int, verdict text, highest text, lower_inflight int)
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
@@ -175,7 +194,7 @@ BEGIN
   SELECT coalesce(array_agg(k.key), '{}') INTO locked
     FROM (SELECT l.key
             FROM {schema}.locks l
-           WHERE l.key IN (SELECT u.lock FROM unnest(a_locks, a_record) AS u(lock, rec) WHERE u.rec)
+           WHERE l.key IN (SELECT u.lock FROM unnest(a_locks, a_record) AS u(lock, rec) WHERE u.rec <> 'f')
            ORDER BY l.key COLLATE "C"
              FOR UPDATE) k;
 
@@ -184,15 +203,16 @@ BEGIN
     SELECT {schema}.now_ms() AS now,
            coalesce((SELECT e.floor FROM {schema}.epoch e), 0) AS epoch_floor
   ), req AS (
-    SELECT u.ord::int AS ord, u.lock, u.token, u.lease, u.request_id, u.session_id, u.rec
-      FROM unnest(a_locks, a_tokens, a_lease, a_ids, a_sessions, a_record)
-           WITH ORDINALITY AS u(lock, token, lease, request_id, session_id, rec, ord)
+    SELECT u.ord::int AS ord, u.lock, u.token, u.lease, u.request_id, u.session_id, u.rec, u.bound
+      FROM unnest(a_locks, a_tokens, a_lease, a_ids, a_sessions, a_record, a_bounds)
+           WITH ORDINALITY AS u(lock, token, lease, request_id, session_id, rec, bound, ord)
   ), ctx AS (
     SELECT r.*,
-           l.key IS NOT NULL AND (NOT r.rec OR l.key = ANY (locked)) AS found,
+           l.key IS NOT NULL AND (r.rec = 'f' OR l.key = ANY (locked)) AS found,
            greatest(l.floor, n.epoch_floor) AS floor,
            l.issued,
-           l.highest AS fence,
+           CASE WHEN r.rec = 's' THEN l.shadow_highest
+                ELSE greatest(l.highest, l.shadow_highest) END AS fence,
            (l.lease_id IS NOT NULL AND l.expires_at > n.now AND l.token = r.token) AS lease_live
       FROM req r
      CROSS JOIN n
@@ -204,13 +224,20 @@ BEGIN
              AND (NOT c.lease OR coalesce(c.lease_live, false)) AS passes
       FROM ctx c
   ), running AS (
-    -- The highest when i comes: the key's, raised by earlier recorded admissions that
+    -- The highest when i comes: the key's, raised by earlier writing admissions that
     -- passed (one that passed but was stale is below it, so taking it changes nothing).
     SELECT p.*,
-           greatest(p.fence,
-                    max(p.token) FILTER (WHERE p.rec AND p.passes)
-                      OVER (PARTITION BY p.lock ORDER BY p.ord
-                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)) AS h
+           CASE WHEN p.rec = 's' THEN
+             greatest(p.fence,
+                      max(p.token) FILTER (WHERE p.rec = 's' AND p.passes)
+                        OVER (PARTITION BY p.lock ORDER BY p.ord
+                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
+           ELSE
+             greatest(p.fence,
+                      max(p.token) FILTER (WHERE p.rec <> 'f' AND p.passes)
+                        OVER (PARTITION BY p.lock ORDER BY p.ord
+                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
+           END AS h
       FROM passing p
   ), judged AS (
     SELECT r.*,
@@ -225,27 +252,40 @@ BEGIN
       FROM running r
   ), counted AS (
     SELECT j.*,
-           CASE WHEN j.verdict <> 'ok' THEN 0 ELSE
+           CASE WHEN j.verdict <> 'ok' OR j.rec = 's' THEN 0 ELSE
              (SELECT count(*) FROM {schema}.inflight i
-                JOIN {schema}.gateway_sessions s ON s.id = i.session_id
-               WHERE i.lock = j.lock AND i.token < j.token)::int
+                LEFT JOIN {schema}.gateway_sessions s ON s.id = i.session_id
+               WHERE i.lock = j.lock AND i.token < j.token
+                 AND (s.id IS NOT NULL OR i.bound_ms > 0))::int
              + (SELECT count(*) FROM judged k
-                 WHERE k.lock = j.lock AND k.ord < j.ord AND k.rec AND k.verdict = 'ok'
+                 WHERE k.lock = j.lock AND k.ord < j.ord AND k.rec = 't' AND k.verdict = 'ok'
                    AND k.token < j.token
                    AND EXISTS (SELECT 1 FROM {schema}.gateway_sessions s WHERE s.id = k.session_id))::int
            END AS lower
       FROM judged j
   ), fence AS (
     UPDATE {schema}.locks l
-       SET highest = m.top
-      FROM (SELECT c.lock, max(c.token) AS top FROM counted c
-             WHERE c.rec AND c.verdict = 'ok' GROUP BY c.lock) m
-     WHERE l.key = m.lock AND (l.highest IS NULL OR l.highest < m.top)
+       SET highest = CASE WHEN m.top IS NOT NULL AND (l.highest IS NULL OR l.highest < m.top)
+                          THEN m.top ELSE l.highest END,
+           shadow_highest = CASE WHEN m.shadow IS NOT NULL
+                                  AND (l.shadow_highest IS NULL OR l.shadow_highest < m.shadow)
+                                 THEN m.shadow ELSE l.shadow_highest END
+      FROM (SELECT c.lock,
+                   max(c.token) FILTER (WHERE c.rec = 't') AS top,
+                   max(c.token) FILTER (WHERE c.rec = 's') AS shadow
+              FROM counted c
+             WHERE c.rec <> 'f' AND c.verdict = 'ok' GROUP BY c.lock) m
+     WHERE l.key = m.lock
+       AND ((m.top IS NOT NULL AND (l.highest IS NULL OR l.highest < m.top))
+         OR (m.shadow IS NOT NULL AND (l.shadow_highest IS NULL OR l.shadow_highest < m.shadow)))
   ), entry AS (
-    INSERT INTO {schema}.inflight (lock, request_id, token, session_id)
-    SELECT c.lock, c.request_id, c.token, c.session_id FROM counted c
-     WHERE c.rec AND c.verdict = 'ok'
-    ON CONFLICT (lock, request_id) DO UPDATE SET token = excluded.token, session_id = excluded.session_id
+    INSERT INTO {schema}.inflight (lock, request_id, token, session_id, bound_ms)
+    SELECT c.lock, c.request_id, c.token, c.session_id,
+           CASE WHEN c.lower = 0 THEN greatest(c.bound, 0) ELSE 0 END
+      FROM counted c
+     WHERE c.rec = 't' AND c.verdict = 'ok'
+    ON CONFLICT (lock, request_id) DO UPDATE
+       SET token = excluded.token, session_id = excluded.session_id, bound_ms = excluded.bound_ms
   )
   SELECT c.ord,
          c.verdict,

@@ -132,12 +132,16 @@ export class SqlStore implements Store {
     return this.batcher.finish(lock, requestId);
   }
 
+  deliver(lock: string, requestId: string, boundMs: number): Promise<boolean> {
+    return fences.deliver(this.ctx, lock, requestId, boundMs);
+  }
+
   lowerInflight(lock: string, token: FencingToken): Promise<InflightState> {
     return fences.lowerInflight(this.ctx, lock, token);
   }
 
-  dropInflight(lock: string, sessions: readonly string[]): Promise<void> {
-    return fences.dropInflight(this.ctx, lock, sessions);
+  dropInflight(lock: string, sessions: readonly string[], maxBoundMs: number): Promise<void> {
+    return fences.dropInflight(this.ctx, lock, sessions, maxBoundMs);
   }
 
   openSession(id: string, ttlMs: number): Promise<void> {

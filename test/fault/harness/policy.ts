@@ -23,6 +23,8 @@ export interface RouteSpec {
   methods?: string[];
   check?: 'token' | 'lease' | 'sequencer';
   drainTimeoutMs?: number;
+  /** false: shadow mode (the write is judged, counted and forwarded anyway). */
+  enforce?: boolean;
 }
 
 export async function writePolicy(
@@ -49,6 +51,7 @@ export async function writePolicy(
     if (r.lock !== undefined) {
       lines.push(`    lock: ${JSON.stringify(r.lock)}`, '    fencing:', `      check: ${r.check ?? 'token'}`);
       if (r.drainTimeoutMs !== undefined) lines.push(`      drainTimeoutMs: ${r.drainTimeoutMs}`);
+      if (r.enforce !== undefined) lines.push(`      enforce: ${r.enforce}`);
     }
   }
   const dir = await tempDir('fg-fault-policy-');

@@ -19,7 +19,14 @@ import type { AddressInfo } from 'node:net';
 import { OrderBook } from '../../../src/sample/orders.js';
 
 export type UpstreamEvent =
-  | { type: 'received'; group: string; requestId: string | null; token: string | null }
+  | {
+      type: 'received';
+      group: string;
+      requestId: string | null;
+      token: string | null;
+      /** The gateway's local port of the connection it came on (which process sent it). */
+      port: number | null;
+    }
   | { type: 'client-closed'; group: string; requestId: string | null }
   | { type: 'applied'; group: string; requestId: string | null; seq: number };
 
@@ -59,7 +66,13 @@ export async function startGatedUpstream(): Promise<GatedUpstream> {
     const group = parts[0] as string; // 'orders' for plain /orders/:id
     const id = parts[parts.length - 1] as string;
     const requestId = header(req, 'x-request-id');
-    events.push({ type: 'received', group, requestId, token: header(req, 'fencing-token') });
+    events.push({
+      type: 'received',
+      group,
+      requestId,
+      token: header(req, 'fencing-token'),
+      port: req.socket.remotePort ?? null,
+    });
     let answered = false;
     res.once('close', () => {
       if (!answered) events.push({ type: 'client-closed', group, requestId });

@@ -31,20 +31,28 @@ function allThreadsStopped(pid: number): boolean {
   });
 }
 
-/** SIGSTOPs `proc` while the test holds the write lock of the embedded store in `dir`. */
-export async function stopOutsideWriteLock(dir: string, proc: ChildProcess): Promise<void> {
-  const pid = proc.pid;
-  if (pid === undefined) throw new Error('stopOutsideWriteLock: the process has no pid');
+/**
+ * SIGSTOPs `proc` (a child process, or the pids of several, e.g. a gateway's primary and
+ * its workers) while the test holds the write lock of the embedded store in `dir`.
+ */
+export async function stopOutsideWriteLock(
+  dir: string,
+  proc: ChildProcess | readonly number[],
+): Promise<void> {
+  const pids = Array.isArray(proc) ? proc : [(proc as ChildProcess).pid];
+  if (pids.some((pid) => pid === undefined)) throw new Error('stopOutsideWriteLock: the process has no pid');
   const env = open({ path: join(dir, DATA_FILE), compression: false });
   try {
     env.transactionSync(() => {
       // lmdb takes the lock at a transaction's first write; this one leaves nothing behind.
       env.put(LOCK_KEY, 1);
       env.remove(LOCK_KEY);
-      proc.kill('SIGSTOP');
+      for (const pid of pids) process.kill(pid as number, 'SIGSTOP');
       const end = Date.now() + STOP_WAIT_MS;
-      while (!allThreadsStopped(pid)) {
-        if (Date.now() > end) throw new Error(`process ${pid} did not stop within ${STOP_WAIT_MS} ms`);
+      for (const pid of pids as number[]) {
+        while (!allThreadsStopped(pid)) {
+          if (Date.now() > end) throw new Error(`process ${pid} did not stop within ${STOP_WAIT_MS} ms`);
+        }
       }
     });
   } finally {

@@ -1,6 +1,6 @@
--- fg_inspect_v1: the state of one lock, read-only.
+-- fg_inspect_v2: the state of one lock, read-only.
 --
--- KEYS[1] ctr     hash    issued, floor (token strings)
+-- KEYS[1] ctr     hash    issued, floor, shadow (token strings)
 -- KEYS[2] lease   hash    leaseId, owner, token, expiresAt (ms), ttlMs
 -- KEYS[3] waitq   zset    waiterId -> queue position
 -- KEYS[4] waitdl  hash    waiterId -> deadline (ms)
@@ -8,10 +8,12 @@
 -- (no ARGV)
 --
 -- Returns: nil when no token was ever issued for the key, else (strings, '' = none)
---   {issued, held '0'|'1', owner, leaseId, leaseToken, expiresAt, liveWaiters, highest}
+--   {issued, held '0'|'1', owner, leaseId, leaseToken, expiresAt, liveWaiters, highest,
+--    shadowHighest}
 local ctrKey, leaseKey, qKey, dlKey, fenceKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
-local issued = redis.call('HGET', ctrKey, 'issued')
+local ctr = redis.call('HMGET', ctrKey, 'issued', 'shadow')
+local issued, shadow = ctr[1], ctr[2] or ''
 if not issued then return false end
 
 local now = fg_now()
@@ -21,6 +23,6 @@ local waiters = fg_live_waiters(qKey, dlKey, now, false)
 local highest = redis.call('GET', fenceKey) or ''
 
 if lease[1] and exp and exp > now then
-  return { issued, '1', lease[2], lease[1], lease[3], lease[4], fg_int(#waiters), highest }
+  return { issued, '1', lease[2], lease[1], lease[3], lease[4], fg_int(#waiters), highest, shadow }
 end
-return { issued, '0', '', '', '', '', fg_int(#waiters), highest }
+return { issued, '0', '', '', '', '', fg_int(#waiters), highest, shadow }

@@ -110,14 +110,19 @@ local function fg_live_waiters(qkey, dkey, now, prune)
   return live
 end
 
--- In-flight entries of a lock: { {requestId, token, session}, … }.
--- key: hash requestId -> '<token> <session>' (see admit.lua).
+-- In-flight entries of a lock: { {requestId, token, session, bound}, … }.
+-- key: hash requestId -> '<token> <session> <bound ms>' (fence_batch.lua); bound '0' while
+-- the write is not delivering (deliver.lua). An entry of an older version without the
+-- bound reads as bound '0'.
 local function fg_inflight(key)
   local out = {}
   local flat = redis.call('HGETALL', key)
   for i = 1, #flat, 2 do
-    local tok, session = string.match(flat[i + 1], '^(%d+) (.+)$')
-    if tok then out[#out + 1] = { flat[i], tok, session } end
+    local tok, session, bound = string.match(flat[i + 1], '^(%d+) (%S+) ?(%d*)$')
+    if tok then
+      if bound == '' then bound = '0' end
+      out[#out + 1] = { flat[i], tok, session, bound }
+    end
   end
   return out
 end
