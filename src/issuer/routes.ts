@@ -46,6 +46,7 @@ export function lockJson(s: LockState) {
     token: s.token.toString(10),
     issued: s.issued.toString(10),
     highest: s.highest === null ? null : s.highest.toString(10),
+    shadowHighest: s.shadowHighest === null ? null : s.shadowHighest.toString(10),
     expiresAt: s.held && s.expiresAt !== null ? iso(s.expiresAt) : null,
     waiters: s.waiters,
   };

@@ -2,11 +2,11 @@
  * Redis key layout. Every key of one lock carries the same hash tag, so one script can
  * touch them all in Redis Cluster:
  *
- *   <prefix>:{<tag>}:ctr       hash    issued, floor           (token strings),
+ *   <prefix>:{<tag>}:ctr       hash    issued, floor, shadow   (token strings; shadow: the shadow record),
  *                                      owners: '<token> <owner>' lines of the last grants
  *   <prefix>:{<tag>}:lease     hash    leaseId, owner, token, expiresAt, ttlMs
  *   <prefix>:{<tag>}:fence     string  highest admitted token
- *   <prefix>:{<tag>}:inf       hash    requestId -> '<token> <gateway session>' (in flight)
+ *   <prefix>:{<tag>}:inf       hash    requestId -> '<token> <gateway session> <bound ms>' (in flight)
  *   <prefix>:{<tag>}:waitq     zset    waiterId -> FIFO position
  *   <prefix>:{<tag>}:waitdl    hash    waiterId -> deadline ms
  *   <prefix>:{<tag>}:rq:<h>    string  idempotency record "<leaseId> <token>",
