@@ -2,13 +2,23 @@
  * Route resolution, before anything else runs: a request that matches no route is
  * answered 404 no-route here and never reaches an upstream. Matching uses the policy
  * that is current when the request arrives, so reloads take effect for new requests.
+ * Routing also settles how the request's refusals are written (its upstream's kind's
+ * format) and what its Host addresses: a kind that reads the Host (s3: a virtual-hosted
+ * bucket) may put a segment before the path, or refuse a Host it cannot place.
  */
 import { ProblemError } from '../errors.js';
-import { splitRequestPath, type CompiledPolicy } from '../policy/index.js';
-import { missingHost, pathOf } from '../http/problems.js';
+import {
+  splitRequestPath,
+  type CompiledPolicy,
+  type CompiledUpstream,
+  type RouteMatch,
+} from '../policy/index.js';
+import { missingHost, pathOf, type ProblemFormat } from '../http/problems.js';
 import type { GatewayRequestState } from './context.js';
 import type { Exchange } from './exchange.js';
 import { overridingMethod } from './headers.js';
+import { KINDS, kindFor } from './kinds/index.js';
+import type { HostAddressing } from './kinds/types.js';
 
 /**
  * `?_method=PUT` (Rails, Laravel, Express's method-override) turns a request the gateway
@@ -74,16 +84,58 @@ export function routeRequest(ex: Exchange, policy: CompiledPolicy): GatewayReque
     ex.answerProblem(new ProblemError('bad-request', override.reason));
     return null;
   }
+  // A Host that carries the path's first segment (a virtual-hosted S3 bucket) routes with it.
+  const hosts = hostAddressingOf(policy);
+  const prefix = hosts === null ? null : hosts.prefix(headers.host);
+  let segments = split.segments;
+  let routedPath = path;
+  if (prefix !== null) {
+    segments = [prefix.segment, ...segments];
+    routedPath = `/${prefix.segment}${path === '/' ? '' : path}`;
+    ex.format = formatOf(prefix.upstream);
+  }
+  let method = ex.method;
+  let match: RouteMatch | null = null;
   if (override.method !== null) {
-    const byOverride = policy.match(override.method, split.segments);
+    const byOverride = policy.match(override.method, segments);
     if (byOverride !== null && byOverride.route.upstream.methodOverride === 'honour') {
-      return { policy, match: byOverride, method: override.method, path, fence: null };
+      match = byOverride;
+      method = override.method;
     }
   }
-  const match = policy.match(ex.method, split.segments);
+  match ??= policy.match(method, segments);
   if (match === null) {
-    ex.answerProblem(new ProblemError('no-route', `no route for ${ex.method} ${path}`));
+    ex.answerProblem(new ProblemError('no-route', `no route for ${ex.method} ${routedPath}`));
     return null;
   }
-  return { policy, match, method: ex.method, path, fence: null };
+  ex.format = formatOf(match.route.upstream);
+  const refusal = hosts === null ? null : hosts.refusal(match.route, headers.host, prefix);
+  if (refusal !== null) {
+    ex.answerProblem(refusal);
+    return null;
+  }
+  return { policy, match, method, path, routedPath, fence: null };
+}
+
+/** How refusals of requests to `upstream` are written: its kind's format, or null (problem+json). */
+function formatOf(upstream: CompiledUpstream): ProblemFormat | null {
+  return kindFor(upstream.kind)?.problemFormat ?? null;
+}
+
+const addressing = new WeakMap<CompiledPolicy, HostAddressing | null>();
+
+/** How Hosts address `policy`'s upstreams (remembered per policy); null when no kind reads the Host. */
+function hostAddressingOf(policy: CompiledPolicy): HostAddressing | null {
+  let hosts = addressing.get(policy);
+  if (hosts === undefined) {
+    const found: HostAddressing[] = [];
+    for (const kind of Object.values(KINDS)) {
+      const h = kind.hostAddressing?.(policy) ?? null;
+      if (h !== null) found.push(h);
+    }
+    if (found.length > 1) throw new Error('more than one kind reads the Host');
+    hosts = found[0] ?? null;
+    addressing.set(policy, hosts);
+  }
+  return hosts;
 }
