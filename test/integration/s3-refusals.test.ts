@@ -63,7 +63,8 @@ async function refusal(p: Promise<unknown>): Promise<S3ServiceException & Record
     () => null,
     (e: unknown) => e,
   );
-  if (!(outcome instanceof S3ServiceException)) throw new Error(`expected an S3 error, got ${String(outcome)}`);
+  if (!(outcome instanceof S3ServiceException))
+    throw new Error(`expected an S3 error, got ${String(outcome)}`);
   return outcome as S3ServiceException & Record<string, unknown>;
 }
 
