@@ -108,7 +108,9 @@ export function routeRequest(ex: Exchange, policy: CompiledPolicy): GatewayReque
     ex.answerProblem(new ProblemError('no-route', `no route for ${ex.method} ${routedPath}`));
     return null;
   }
-  ex.format = formatOf(match.route.upstream);
+  // A Host that named a bucket keeps its upstream's format (a route that reads the Host
+  // otherwise is refused just below, to the client that addressed that upstream).
+  if (prefix === null) ex.format = formatOf(match.route.upstream);
   const refusal = hosts === null ? null : hosts.refusal(match.route, headers.host, prefix);
   if (refusal !== null) {
     ex.answerProblem(refusal);

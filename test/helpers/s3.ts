@@ -37,7 +37,14 @@ export interface S3rverHandle {
   close(): Promise<void>;
 }
 
-export async function startS3rver(buckets: readonly string[]): Promise<S3rverHandle> {
+/**
+ * `serviceEndpoint`: s3rver serves virtual-hosted buckets at `<bucket>.s3.<serviceEndpoint>`
+ * (and path style at any other Host); default amazonaws.com.
+ */
+export async function startS3rver(
+  buckets: readonly string[],
+  opts: { serviceEndpoint?: string } = {},
+): Promise<S3rverHandle> {
   for (const b of buckets)
     if (b.length < 3) throw new Error(`s3rver needs bucket names of 3+ characters: ${b}`);
   const directory = mkdtempSync(join(tmpdir(), 'fg-s3rver-'));
@@ -47,6 +54,7 @@ export async function startS3rver(buckets: readonly string[]): Promise<S3rverHan
     silent: true,
     directory,
     vhostBuckets: false,
+    ...(opts.serviceEndpoint === undefined ? {} : { serviceEndpoint: opts.serviceEndpoint }),
     configureBuckets: buckets.map((name) => ({ name })),
   });
   const address = await server.run();
