@@ -248,6 +248,95 @@ describe('the refusal lane answers as node:http does', () => {
   });
 });
 
+/** Routes of an s3 upstream: refusals there are S3 XML errors, on the lane as through node:http. */
+function objectsPolicy(url: string): string {
+  return `version: 1
+upstreams:
+  objects:
+    kind: s3
+    url: ${url}
+routes:
+  - name: invoice-objects
+    methods: [GET, HEAD, PUT, POST, DELETE]
+    path: /invoices/*key
+    upstream: objects
+    lock: 'invoice:{key}'
+`;
+}
+
+describe('the refusal lane on s3 routes answers the same S3 errors as node:http', () => {
+  const store = new MemoryStore();
+  const upstreams: TestUpstream[] = [];
+  let lane: TestGateway;
+  let node: TestGateway;
+  let stale: FencingToken;
+
+  beforeAll(async () => {
+    upstreams.push(await startUpstream(), await startUpstream());
+    lane = await startGateway({ store, policy: objectsPolicy(upstreams[0]!.url) });
+    node = await startGateway({ store, policy: objectsPolicy(upstreams[1]!.url), refusalLane: false });
+    stale = (await mint(store, 'invoice:a.pdf')).token;
+    const current = (await mint(store, 'invoice:a.pdf')).token;
+    for (const gw of [lane, node]) {
+      const res = await send(gw, 'PUT', '/invoices/a.pdf', { 'fencing-token': String(current) }, 'x');
+      expect(res.status).toBe(200);
+    }
+  });
+
+  afterAll(async () => {
+    await lane.close();
+    await node.close();
+    for (const u of upstreams) await u.close();
+  });
+
+  const put = (token: FencingToken | string, path = '/invoices/a.pdf', host = 'gw') =>
+    `PUT ${path} HTTP/1.1\r\nHost: ${host}\r\nFencing-Token: ${token}\r\nContent-Length: 1\r\n\r\nx`;
+
+  /** Each case: its name, the S3 codes answered in order, and its bytes. */
+  const cases: [string, string[], () => (string | Buffer)[]][] = [
+    [
+      'two stale writes in one read',
+      ['StaleFencingToken', 'StaleFencingToken'],
+      () => [put(stale) + put(stale)],
+    ],
+    [
+      'no token, a malformed token',
+      ['FencingTokenRequired', 'MalformedFencingToken'],
+      () => ['PUT /invoices/a.pdf HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\n\r\nx', put('012')],
+    ],
+    ['a write to the bucket itself', ['BucketWriteNotFenced'], () => [put(stale, '/invoices')]],
+    [
+      'a Host that may name a bucket, then HEAD with one',
+      ['VirtualHostRefused'],
+      () => [
+        put(stale, '/invoices/a.pdf', 'invoices.localhost'),
+        'HEAD /invoices/a.pdf HTTP/1.1\r\nHost: invoices.localhost\r\n\r\n',
+      ],
+    ],
+    [
+      'a stale write with Connection: close',
+      ['StaleFencingToken'],
+      () => [put(stale).replace('Host: gw', 'Host: gw\r\nConnection: close')],
+    ],
+  ];
+
+  for (const [name, codes, parts] of cases) {
+    it(name, async () => {
+      let read = 0;
+      const counted = () => (read += 1);
+      lane.app.server.on('request', counted);
+      const viaLane = await exchange(lane.port, parts());
+      lane.app.server.removeListener('request', counted);
+      const viaNode = await exchange(node.port, parts());
+      expect([...viaNode.received.matchAll(/<Code>(\w+)<\/Code>/g)].map((m) => m[1])).toEqual(codes);
+      expect(viaNode.received).toContain('content-type: application/xml');
+      expect(viaNode.received).toContain('x-amz-request-id: <uuid>');
+      expect(viaLane).toEqual(viaNode);
+      expect(read).toBe(0); // every one answered by the lane
+    });
+  }
+});
+
 describe('the refusal lane', () => {
   it('keeps answers in order for a client that sends thousands without reading', async () => {
     const store = new MemoryStore();
