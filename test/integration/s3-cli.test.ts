@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mint, startGateway, type TestGateway } from '../helpers/gateway-harness.js';
 import { MemoryStore } from '../helpers/memory-store.js';
-import { CREDENTIALS, REGION, startS3rver, type S3rverHandle } from '../helpers/s3.js';
+import { CREDENTIALS, REGION, invoicePolicy, startS3rver, type S3rverHandle } from '../helpers/s3.js';
 
 /** Debian's package puts it here (.ci/run installs it); a missing CLI fails the run. */
 const AWS = '/usr/bin/aws';
@@ -39,16 +39,7 @@ beforeAll(async () => {
   s3 = await startS3rver(['invoices']);
   gw = await startGateway({
     store,
-    policy: `version: 1
-upstreams:
-  objects: { kind: s3, url: '${s3.url}' }
-routes:
-  - name: invoice-objects
-    methods: [GET, HEAD, PUT, POST, DELETE]
-    path: /invoices/*key
-    upstream: objects
-    lock: 'invoice:{key}'
-`,
+    policy: invoicePolicy(s3.url),
   });
   dir = mkdtempSync(join(tmpdir(), 'fg-awscli-'));
   writeFileSync(join(dir, 'fencing_token.py'), PLUGIN);

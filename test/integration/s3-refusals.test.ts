@@ -9,34 +9,25 @@ import {
   DeleteObjectsCommand,
   GetObjectCommand,
   PutObjectCommand,
-  S3ServiceException,
   type S3Client,
 } from '@aws-sdk/client-s3';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { mint, startGateway, startUpstream, type TestGateway } from '../helpers/gateway-harness.js';
 import { faultyStore, type FaultyStore } from '../helpers/faulty-store.js';
 import { MemoryStore } from '../helpers/memory-store.js';
-import { fenced, s3Client, startS3rver, type S3rverHandle } from '../helpers/s3.js';
+import {
+  fenced,
+  invoicePolicy,
+  s3Client,
+  s3Refusal as refusal,
+  startS3rver,
+  type S3rverHandle,
+} from '../helpers/s3.js';
 
 let s3: S3rverHandle;
 let store: FaultyStore;
 let gw: TestGateway;
 let client: S3Client;
-
-function policy(url: string): string {
-  return `version: 1
-upstreams:
-  objects:
-    kind: s3
-    url: ${url}
-routes:
-  - name: invoice-objects
-    methods: [GET, HEAD, PUT, POST, DELETE]
-    path: /invoices/*key
-    upstream: objects
-    lock: 'invoice:{key}'
-`;
-}
 
 beforeAll(async () => {
   s3 = await startS3rver(['invoices']);
@@ -48,7 +39,7 @@ afterAll(async () => {
 
 beforeEach(async () => {
   store = faultyStore(new MemoryStore());
-  gw = await startGateway({ store, policy: policy(s3.url) });
+  gw = await startGateway({ store, policy: invoicePolicy(s3.url) });
   client = s3Client({ endpoint: gw.url });
 });
 
@@ -56,17 +47,6 @@ afterEach(async () => {
   client?.destroy();
   await gw?.close();
 });
-
-/** The error `p` rejects with (it must reject). */
-async function refusal(p: Promise<unknown>): Promise<S3ServiceException & Record<string, unknown>> {
-  const outcome = await p.then(
-    () => null,
-    (e: unknown) => e,
-  );
-  if (!(outcome instanceof S3ServiceException))
-    throw new Error(`expected an S3 error, got ${String(outcome)}`);
-  return outcome as S3ServiceException & Record<string, unknown>;
-}
 
 const put = (key: string, body = 'x') => new PutObjectCommand({ Bucket: 'invoices', Key: key, Body: body });
 
@@ -164,7 +144,7 @@ describe('kind: s3 refusals through the AWS SDK v3', () => {
     const closed = await startUpstream();
     const url = closed.url;
     await closed.close();
-    await gw.setPolicy(policy(url));
+    await gw.setPolicy(invoicePolicy(url));
     const err = await refusal(client.send(new GetObjectCommand({ Bucket: 'invoices', Key: 'x' })));
     expect([err.name, err.$metadata.httpStatusCode]).toEqual(['UpstreamUnavailable', 502]);
   });

@@ -25,7 +25,16 @@ import {
   type TestUpstream,
 } from '../helpers/gateway-harness.js';
 import { MemoryStore } from '../helpers/memory-store.js';
-import { CREDENTIALS, REGION, fenced, s3Client, startS3rver, type S3rverHandle } from '../helpers/s3.js';
+import {
+  CREDENTIALS,
+  REGION,
+  fenced,
+  invoicePolicy,
+  s3Client,
+  s3Refusal,
+  startS3rver,
+  type S3rverHandle,
+} from '../helpers/s3.js';
 
 let s3: S3rverHandle;
 let orders: TestUpstream;
@@ -34,21 +43,10 @@ let gw: TestGateway;
 const clients: S3Client[] = [];
 
 function policy(domains: string | null): string {
-  return `version: 1
-upstreams:
-  objects:
-    kind: s3
-    url: ${s3.url}
-${domains === null ? '' : `    virtualHostDomains: ${domains}\n`}  orders:
-    kind: http
-    url: ${orders.url}
-routes:
-  - name: invoice-objects
-    methods: [GET, HEAD, PUT, POST, DELETE]
-    path: /invoices/*key
-    upstream: objects
-    lock: 'invoice:{key}'
-  - name: other-objects
+  return invoicePolicy(s3.url, {
+    upstream: domains === null ? '' : `    virtualHostDomains: ${domains}\n`,
+    upstreams: `  orders:\n    kind: http\n    url: ${orders.url}\n`,
+    routes: `  - name: other-objects
     methods: [GET, HEAD, PUT, POST, DELETE]
     path: /other2/*key
     upstream: objects
@@ -58,7 +56,8 @@ routes:
     path: /orders/*rest
     upstream: orders
     lock: 'order:{rest}'
-`;
+`,
+  });
 }
 
 /** Every host name is the loopback address (so `invoices.s3.test` reaches the gateway). */
@@ -98,16 +97,6 @@ async function stored(bucket: string, key: string): Promise<string | null> {
     if (err instanceof S3ServiceException && err.name === 'NoSuchKey') return null;
     throw err;
   }
-}
-
-async function refusal(p: Promise<unknown>): Promise<S3ServiceException & Record<string, unknown>> {
-  const outcome = await p.then(
-    () => null,
-    (e: unknown) => e,
-  );
-  if (!(outcome instanceof S3ServiceException))
-    throw new Error(`expected an S3 error, got ${String(outcome)}`);
-  return outcome as S3ServiceException & Record<string, unknown>;
 }
 
 /** One raw request to the gateway with the Host given. */
@@ -161,7 +150,7 @@ describe('virtual-hosted-style requests, the upstream declaring no domain', () =
   it('are refused (VirtualHostRefused), not fenced under the lock their path names', async () => {
     const t = (await mint(store, 'other:k')).token;
     const put = new PutObjectCommand({ Bucket: 'invoices', Key: 'other2/k', Body: 'under the wrong lock' });
-    const err = await refusal(virtualHosted().send(fenced(put, t)));
+    const err = await s3Refusal(virtualHosted().send(fenced(put, t)));
     expect([err.name, err.$metadata.httpStatusCode]).toEqual(['VirtualHostRefused', 400]);
     expect(err.Host).toBe(`invoices.s3.test:${gw.port}`);
     expect(err.message).toMatch(/virtualHostDomains/);
@@ -206,7 +195,7 @@ describe('virtual-hosted-style requests, the upstream declaring virtualHostDomai
     expect(await read.Body?.transformToString()).toBe('right lock');
     // other2's token does not open invoices/other2/k
     const wrong = (await mint(store, 'other:k')).token;
-    const err = await refusal(
+    const err = await s3Refusal(
       client.send(
         fenced(new PutObjectCommand({ Bucket: 'invoices', Key: 'other2/k', Body: 'x' }), wrong + 5n),
       ),
@@ -218,7 +207,7 @@ describe('virtual-hosted-style requests, the upstream declaring virtualHostDomai
     await client.send(
       fenced(new PutObjectCommand({ Bucket: 'invoices', Key: 'other2/k', Body: 'newest' }), newest),
     );
-    const stale = await refusal(
+    const stale = await s3Refusal(
       client.send(fenced(new PutObjectCommand({ Bucket: 'invoices', Key: 'other2/k', Body: 'old' }), t)),
     );
     expect([stale.name, stale.Lock, stale.Highest]).toEqual([
