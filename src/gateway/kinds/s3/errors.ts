@@ -73,7 +73,8 @@ export function escapeXml(text: string): string {
 }
 
 function element(name: string, value: unknown): string {
-  const text = typeof value === 'string' ? value : typeof value === 'object' ? JSON.stringify(value) : String(value);
+  const text =
+    typeof value === 'string' ? value : typeof value === 'object' ? JSON.stringify(value) : String(value);
   return `<${name}>${escapeXml(text)}</${name}>`;
 }
 

@@ -77,7 +77,8 @@ export function hostStyle(host: string | undefined, settings: S3HostSettings): H
   if (v6 !== null) return PATH;
   const m = HOST.exec(host);
   const name = m?.[1];
-  if (name === undefined) return { style: 'refused', reason: `Host ${JSON.stringify(host)} is not a host name` };
+  if (name === undefined)
+    return { style: 'refused', reason: `Host ${JSON.stringify(host)} is not a host name` };
   if (name === '' || !name.includes('.') || isIP(name) !== 0) return PATH;
   const domains = settings.virtualHostDomains;
   if (domains !== null && domains.length === 0) return PATH;
@@ -110,8 +111,8 @@ export function hostStyle(host: string | undefined, settings: S3HostSettings): H
       domains === null
         ? `Host "${host}" may name a bucket (virtual-hosted style, bucket.domain), and the upstream declares ` +
           'no virtualHostDomains: send path-style requests (/bucket/key; the AWS SDK: forcePathStyle: true) ' +
-          'to an IP address, a name without a dot or the storage\'s own name, or declare the domains the ' +
-          'storage serves virtual-hosted buckets under in the upstream\'s virtualHostDomains ([] when it serves none)'
+          "to an IP address, a name without a dot or the storage's own name, or declare the domains the " +
+          "storage serves virtual-hosted buckets under in the upstream's virtualHostDomains ([] when it serves none)"
         : `Host "${host}" is not under the upstream's virtualHostDomains (${domains.join(', ')}) and may name ` +
           'a bucket under a domain the gateway was not told of: send it to one of them, or declare its domain',
   };
