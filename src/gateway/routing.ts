@@ -29,16 +29,33 @@ import type { HostAddressing } from './kinds/types.js';
 const METHOD_OVERRIDE_QUERY = /[?&](?:_|%5f)method(?:=|&|$|\[|%5b)/i;
 
 const NO_OVERRIDE = { ok: true, method: null } as const;
-const honouring = new WeakMap<CompiledPolicy, boolean>();
 
-/** Whether any upstream of `policy` honours method-override headers (remembered per policy). */
-function honoursOverrides(policy: CompiledPolicy): boolean {
-  let honours = honouring.get(policy);
-  if (honours === undefined) {
-    honours = Object.values(policy.upstreams).some((u) => u.methodOverride === 'honour');
-    honouring.set(policy, honours);
+/** What routing needs to know of a policy beyond its routes, worked out once per policy. */
+interface PolicyFacts {
+  /** Some upstream honours method-override headers. */
+  readonly honoursOverrides: boolean;
+  /** How Hosts address its upstreams; null when no kind reads the Host. */
+  readonly hosts: HostAddressing | null;
+}
+
+const facts = new WeakMap<CompiledPolicy, PolicyFacts>();
+
+function factsOf(policy: CompiledPolicy): PolicyFacts {
+  let known = facts.get(policy);
+  if (known === undefined) {
+    const hosts: HostAddressing[] = [];
+    for (const kind of Object.values(KINDS)) {
+      const h = kind.hostAddressing?.(policy) ?? null;
+      if (h !== null) hosts.push(h);
+    }
+    if (hosts.length > 1) throw new Error('more than one kind reads the Host');
+    known = {
+      honoursOverrides: Object.values(policy.upstreams).some((u) => u.methodOverride === 'honour'),
+      hosts: hosts[0] ?? null,
+    };
+    facts.set(policy, known);
   }
-  return honours;
+  return known;
 }
 
 /**
@@ -79,13 +96,13 @@ export function routeRequest(ex: Exchange, policy: CompiledPolicy): GatewayReque
   // An upstream that honours method-override headers applies the method they name: the
   // request is routed and fenced by it, and only then are the headers forwarded
   // (upstreamRequestHeaders). Anywhere else they are dropped and the real method rules.
-  const override = honoursOverrides(policy) ? overridingMethod(req.rawHeaders) : NO_OVERRIDE;
+  const { honoursOverrides, hosts } = factsOf(policy);
+  const override = honoursOverrides ? overridingMethod(req.rawHeaders) : NO_OVERRIDE;
   if (!override.ok) {
     ex.answerProblem(new ProblemError('bad-request', override.reason));
     return null;
   }
   // A Host that carries the path's first segment (a virtual-hosted S3 bucket) routes with it.
-  const hosts = hostAddressingOf(policy);
   const prefix = hosts === null ? null : hosts.prefix(headers.host);
   let segments = split.segments;
   let routedPath = path;
@@ -122,22 +139,4 @@ export function routeRequest(ex: Exchange, policy: CompiledPolicy): GatewayReque
 /** How refusals of requests to `upstream` are written: its kind's format, or null (problem+json). */
 function formatOf(upstream: CompiledUpstream): ProblemFormat | null {
   return kindFor(upstream.kind)?.problemFormat ?? null;
-}
-
-const addressing = new WeakMap<CompiledPolicy, HostAddressing | null>();
-
-/** How Hosts address `policy`'s upstreams (remembered per policy); null when no kind reads the Host. */
-function hostAddressingOf(policy: CompiledPolicy): HostAddressing | null {
-  let hosts = addressing.get(policy);
-  if (hosts === undefined) {
-    const found: HostAddressing[] = [];
-    for (const kind of Object.values(KINDS)) {
-      const h = kind.hostAddressing?.(policy) ?? null;
-      if (h !== null) found.push(h);
-    }
-    if (found.length > 1) throw new Error('more than one kind reads the Host');
-    hosts = found[0] ?? null;
-    addressing.set(policy, hosts);
-  }
-  return hosts;
 }
