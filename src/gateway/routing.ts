@@ -3,8 +3,9 @@
  * answered 404 no-route here and never reaches an upstream. Matching uses the policy
  * that is current when the request arrives, so reloads take effect for new requests.
  * Routing also settles how the request's refusals are written (its upstream's kind's
- * format) and what its Host addresses: a kind that reads the Host (s3: a virtual-hosted
- * bucket) may put a segment before the path, or refuse a Host it cannot place.
+ * format; before a route is known, the one all the policy's upstreams share, if any) and
+ * what its Host addresses: a kind that reads the Host (s3: a virtual-hosted bucket) may
+ * put a segment before the path, or refuse a Host it cannot place.
  */
 import { ProblemError } from '../errors.js';
 import {
@@ -36,6 +37,12 @@ interface PolicyFacts {
   readonly honoursOverrides: boolean;
   /** How Hosts address its upstreams; null when no kind reads the Host. */
   readonly hosts: HostAddressing | null;
+  /**
+   * How refusals are written before a route is known: the format of its upstreams' kind
+   * when they all share one (a listener in front of S3 storage only serves S3 clients),
+   * else null (problem+json).
+   */
+  readonly format: ProblemFormat | null;
 }
 
 const facts = new WeakMap<CompiledPolicy, PolicyFacts>();
@@ -49,9 +56,12 @@ function factsOf(policy: CompiledPolicy): PolicyFacts {
       if (h !== null) hosts.push(h);
     }
     if (hosts.length > 1) throw new Error('more than one kind reads the Host');
+    const upstreams = Object.values(policy.upstreams);
+    const formats = new Set(upstreams.map(formatOf));
     known = {
-      honoursOverrides: Object.values(policy.upstreams).some((u) => u.methodOverride === 'honour'),
+      honoursOverrides: upstreams.some((u) => u.methodOverride === 'honour'),
       hosts: hosts[0] ?? null,
+      format: formats.size === 1 ? ([...formats][0] ?? null) : null,
     };
     facts.set(policy, known);
   }
@@ -65,6 +75,8 @@ function factsOf(policy: CompiledPolicy): PolicyFacts {
 export function routeRequest(ex: Exchange, policy: CompiledPolicy): GatewayRequestState | null {
   const { req } = ex;
   const { headers } = req;
+  const { honoursOverrides, hosts, format } = factsOf(policy);
+  ex.format = format;
   // Node's parser already refuses this; kept so a lenient parser can never let a smuggling pair through.
   if (headers['content-length'] !== undefined && headers['transfer-encoding'] !== undefined) {
     ex.header('connection', 'close');
@@ -96,7 +108,6 @@ export function routeRequest(ex: Exchange, policy: CompiledPolicy): GatewayReque
   // An upstream that honours method-override headers applies the method they name: the
   // request is routed and fenced by it, and only then are the headers forwarded
   // (upstreamRequestHeaders). Anywhere else they are dropped and the real method rules.
-  const { honoursOverrides, hosts } = factsOf(policy);
   const override = honoursOverrides ? overridingMethod(req.rawHeaders) : NO_OVERRIDE;
   if (!override.ok) {
     ex.answerProblem(new ProblemError('bad-request', override.reason));

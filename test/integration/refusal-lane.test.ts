@@ -305,6 +305,11 @@ describe('the refusal lane on s3 routes answers the same S3 errors as node:http'
     ],
     ['a write to the bucket itself', ['BucketWriteNotFenced'], () => [put(stale, '/invoices')]],
     [
+      'no route, a dot segment (no route yet: the policy has s3 upstreams only)',
+      ['NoRoute', 'BadRequest'],
+      () => [put(stale, '/elsewhere/a.pdf'), put(stale, '/invoices/x/../a.pdf')],
+    ],
+    [
       'a Host that may name a bucket, then HEAD with one',
       ['VirtualHostRefused'],
       () => [

@@ -140,6 +140,16 @@ describe('kind: s3 refusals through the AWS SDK v3', () => {
     expect(retryAfter).toBe('1');
   });
 
+  it('before a route is known, in a policy of s3 upstreams only: NoRoute, BadRequest', async () => {
+    const unrouted = await refusal(
+      client.send(new PutObjectCommand({ Bucket: 'elsewhere', Key: 'k', Body: 'x' })),
+    );
+    expect([unrouted.name, unrouted.$metadata.httpStatusCode]).toEqual(['NoRoute', 404]);
+    expect(unrouted.message).toBe('no route for PUT /elsewhere/k');
+    const dotted = await refusal(client.send(fenced(put('a/../b.txt'), 1)));
+    expect([dotted.name, dotted.$metadata.httpStatusCode]).toEqual(['BadRequest', 400]);
+  });
+
   it('the storage unreachable: UpstreamUnavailable (502)', async () => {
     const closed = await startUpstream();
     const url = closed.url;

@@ -257,7 +257,10 @@ describe('virtual-hosted-style requests, the upstream declaring virtualHostDomai
       expect(res.body).toContain('<Code>VirtualHostRefused</Code>');
     }
     expect(orders.hits).toHaveLength(0);
-    // Under the domain but matching no route: S3's format too (the Host names an s3 upstream).
+    // A path-style request matching no route, in this policy of s3 and http upstreams: problem+json.
+    const unrouted = await raw('PUT', '/elsewhere/k', `127.0.0.1:${gw.port}`);
+    expect([unrouted.status, unrouted.type]).toEqual([404, 'application/problem+json']);
+    // Under the domain but matching no route: S3's format (the Host names an s3 upstream).
     const none = await raw('PUT', '/k', 'nothing.s3.test');
     expect([none.status, none.type]).toEqual([404, 'application/xml']);
     expect(none.body).toContain('<Code>NoRoute</Code>');

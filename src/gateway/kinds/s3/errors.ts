@@ -17,7 +17,7 @@ import type { FormattedProblem, ProblemFormat } from '../../../http/problems.js'
 
 /**
  * `<Code>` of each refusal an s3 route can give; stable (clients branch on it). A code not
- * listed here (none can occur on an s3 route today) gets its name in PascalCase.
+ * listed here (none is expected on an s3 route) gets its name in PascalCase.
  */
 export const S3_ERROR_CODES: Readonly<Partial<Record<ProblemCode, string>>> = Object.freeze({
   'stale-token': 'StaleFencingToken',
