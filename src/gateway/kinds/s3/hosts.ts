@@ -39,7 +39,7 @@ const PATH: HostStyle = Object.freeze({ style: 'path' });
 const LABEL = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
 const BUCKET = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
 const HOST = /^([A-Za-z0-9._-]*)(?::[0-9]{1,5})?$/;
-const IPV6_HOST = /^(\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$/;
+const IPV6_HOST = /^\[[0-9A-Fa-f:.]+\](?::[0-9]{1,5})?$/;
 
 /** Why `domain` cannot be declared, or null. */
 export function domainProblem(domain: string): string | null {
@@ -73,8 +73,7 @@ export function compileHostDomains(
 /** How an upstream with `settings` reads the Host header value `host`. */
 export function hostStyle(host: string | undefined, settings: S3HostSettings): HostStyle {
   if (host === undefined || host === '') return PATH;
-  const v6 = IPV6_HOST.exec(host);
-  if (v6 !== null) return PATH;
+  if (IPV6_HOST.test(host)) return PATH;
   const m = HOST.exec(host);
   const name = m?.[1];
   if (name === undefined)
@@ -123,7 +122,8 @@ function settingsOf(upstream: CompiledUpstream): S3HostSettings {
 }
 
 function refused(host: string | undefined, detail: string): ProblemError {
-  return new ProblemError('virtual-host-refused', detail, { host });
+  // A refusal clients may repeat at any rate: no stack trace (ProblemError.expected).
+  return ProblemError.expected('virtual-host-refused', detail, { host });
 }
 
 /** The Host addressing of `policy`'s s3 upstreams; null when it has none. */
