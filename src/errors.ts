@@ -39,6 +39,10 @@ export const PROBLEMS = {
   'bucket-write': { status: 400, title: 'A write to the bucket itself is not fenced by this route' },
   'delete-objects-invalid': { status: 400, title: 'The DeleteObjects body cannot be checked key by key' },
   'request-unfenceable': { status: 400, title: 'This S3 request cannot be fenced as sent' },
+  'virtual-host-refused': {
+    status: 400,
+    title: 'The Host may name a bucket (virtual-hosted style) that the policy does not place',
+  },
   'not-found': { status: 404, title: 'Not found' },
   'method-not-allowed': { status: 405, title: 'Method not allowed' },
   internal: { status: 500, title: 'Internal error' },

@@ -43,5 +43,10 @@ export interface GatewayRequestState {
   method: string;
   /** Raw request path (no query), as forwarded. */
   path: string;
+  /**
+   * The path the request was routed by: `path`, or, when its Host carries the first
+   * segment (a virtual-hosted S3 bucket), `path` with that segment before it.
+   */
+  routedPath: string;
   fence: FenceOutcome | null;
 }

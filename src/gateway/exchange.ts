@@ -9,7 +9,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { TLSSocket } from 'node:tls';
 import type { FastifyBaseLogger } from 'fastify';
 import { PROBLEM_CONTENT_TYPE, type ProblemError } from '../errors.js';
-import { problemHeaders } from '../http/problems.js';
+import { problemHeaders, type ProblemFormat } from '../http/problems.js';
 import type { GatewayRequestState } from './context.js';
 
 /** Methods whose body is never forwarded (fastify's rule before the data plane left it). */
@@ -25,6 +25,11 @@ export class Exchange {
   state: GatewayRequestState | null = null;
   /** What is forwarded as the body: the request stream itself, or bytes the fence read from it. */
   body: NodeJS.ReadableStream | Buffer | null;
+  /**
+   * How the gateway's refusals of this request are written: null, problem+json; else the
+   * format of the kind whose upstream the request is addressed to (routing.ts sets it).
+   */
+  format: ProblemFormat | null = null;
   private ownHeaders: Record<string, string> | null = null;
   private logger: FastifyBaseLogger | null = null;
   private madeId: string | null = null;
@@ -102,11 +107,18 @@ export class Exchange {
     this.res.end(body ?? undefined);
   }
 
-  /** A refusal or error, as problem+json. */
+  /** A refusal or error, as problem+json or in the format of the request's upstream's kind. */
   answerProblem(problem: ProblemError): void {
     const headers = problemHeaders(problem, this.req);
     for (const name in headers) this.header(name, headers[name]!);
-    this.answer(problem.status, PROBLEM_CONTENT_TYPE, problem.json(), problem.jsonBytes());
+    const format = this.format;
+    if (format === null) {
+      this.answer(problem.status, PROBLEM_CONTENT_TYPE, problem.json(), problem.jsonBytes());
+      return;
+    }
+    const formatted = format.render(problem, this.id);
+    for (const name in formatted.headers) this.header(name, formatted.headers[name]!);
+    this.answer(problem.status, format.contentType, formatted.body);
   }
 }
 

@@ -525,7 +525,7 @@ function writeSet(ex: Exchange, state: GatewayRequestState, kind: DownstreamKind
   const q = url.indexOf('?');
   return kind.writes(state.match.route, {
     method: state.method,
-    path: state.path,
+    path: state.routedPath,
     query: q < 0 ? '' : url.slice(q + 1),
     rawHeaders: ex.req.rawHeaders,
     params: state.match.params,

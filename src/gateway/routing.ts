@@ -2,13 +2,24 @@
  * Route resolution, before anything else runs: a request that matches no route is
  * answered 404 no-route here and never reaches an upstream. Matching uses the policy
  * that is current when the request arrives, so reloads take effect for new requests.
+ * Routing also settles how the request's refusals are written (its upstream's kind's
+ * format; before a route is known, the one all the policy's upstreams share, if any) and
+ * what its Host addresses: a kind that reads the Host (s3: a virtual-hosted bucket) may
+ * put a segment before the path, or refuse a Host it cannot place.
  */
 import { ProblemError } from '../errors.js';
-import { splitRequestPath, type CompiledPolicy } from '../policy/index.js';
-import { missingHost, pathOf } from '../http/problems.js';
+import {
+  splitRequestPath,
+  type CompiledPolicy,
+  type CompiledUpstream,
+  type RouteMatch,
+} from '../policy/index.js';
+import { missingHost, pathOf, type ProblemFormat } from '../http/problems.js';
 import type { GatewayRequestState } from './context.js';
 import type { Exchange } from './exchange.js';
 import { overridingMethod } from './headers.js';
+import { KINDS, kindFor } from './kinds/index.js';
+import type { HostAddressing } from './kinds/types.js';
 
 /**
  * `?_method=PUT` (Rails, Laravel, Express's method-override) turns a request the gateway
@@ -19,16 +30,42 @@ import { overridingMethod } from './headers.js';
 const METHOD_OVERRIDE_QUERY = /[?&](?:_|%5f)method(?:=|&|$|\[|%5b)/i;
 
 const NO_OVERRIDE = { ok: true, method: null } as const;
-const honouring = new WeakMap<CompiledPolicy, boolean>();
 
-/** Whether any upstream of `policy` honours method-override headers (remembered per policy). */
-function honoursOverrides(policy: CompiledPolicy): boolean {
-  let honours = honouring.get(policy);
-  if (honours === undefined) {
-    honours = Object.values(policy.upstreams).some((u) => u.methodOverride === 'honour');
-    honouring.set(policy, honours);
+/** What routing needs to know of a policy beyond its routes, worked out once per policy. */
+interface PolicyFacts {
+  /** Some upstream honours method-override headers. */
+  readonly honoursOverrides: boolean;
+  /** How Hosts address its upstreams; null when no kind reads the Host. */
+  readonly hosts: HostAddressing | null;
+  /**
+   * How refusals are written before a route is known: the format of its upstreams' kind
+   * when they all share one (a listener in front of S3 storage only serves S3 clients),
+   * else null (problem+json).
+   */
+  readonly format: ProblemFormat | null;
+}
+
+const facts = new WeakMap<CompiledPolicy, PolicyFacts>();
+
+function factsOf(policy: CompiledPolicy): PolicyFacts {
+  let known = facts.get(policy);
+  if (known === undefined) {
+    const hosts: HostAddressing[] = [];
+    for (const kind of Object.values(KINDS)) {
+      const h = kind.hostAddressing?.(policy) ?? null;
+      if (h !== null) hosts.push(h);
+    }
+    if (hosts.length > 1) throw new Error('more than one kind reads the Host');
+    const upstreams = Object.values(policy.upstreams);
+    const formats = new Set(upstreams.map(formatOf));
+    known = {
+      honoursOverrides: upstreams.some((u) => u.methodOverride === 'honour'),
+      hosts: hosts[0] ?? null,
+      format: formats.size === 1 ? ([...formats][0] ?? null) : null,
+    };
+    facts.set(policy, known);
   }
-  return honours;
+  return known;
 }
 
 /**
@@ -38,6 +75,8 @@ function honoursOverrides(policy: CompiledPolicy): boolean {
 export function routeRequest(ex: Exchange, policy: CompiledPolicy): GatewayRequestState | null {
   const { req } = ex;
   const { headers } = req;
+  const { honoursOverrides, hosts, format } = factsOf(policy);
+  ex.format = format;
   // Node's parser already refuses this; kept so a lenient parser can never let a smuggling pair through.
   if (headers['content-length'] !== undefined && headers['transfer-encoding'] !== undefined) {
     ex.header('connection', 'close');
@@ -69,21 +108,46 @@ export function routeRequest(ex: Exchange, policy: CompiledPolicy): GatewayReque
   // An upstream that honours method-override headers applies the method they name: the
   // request is routed and fenced by it, and only then are the headers forwarded
   // (upstreamRequestHeaders). Anywhere else they are dropped and the real method rules.
-  const override = honoursOverrides(policy) ? overridingMethod(req.rawHeaders) : NO_OVERRIDE;
+  const override = honoursOverrides ? overridingMethod(req.rawHeaders) : NO_OVERRIDE;
   if (!override.ok) {
     ex.answerProblem(new ProblemError('bad-request', override.reason));
     return null;
   }
+  // A Host that carries the path's first segment (a virtual-hosted S3 bucket) routes with it.
+  const prefix = hosts === null ? null : hosts.prefix(headers.host);
+  let segments = split.segments;
+  let routedPath = path;
+  if (prefix !== null) {
+    segments = [prefix.segment, ...segments];
+    routedPath = `/${prefix.segment}${path === '/' ? '' : path}`;
+    ex.format = formatOf(prefix.upstream);
+  }
+  let method = ex.method;
+  let match: RouteMatch | null = null;
   if (override.method !== null) {
-    const byOverride = policy.match(override.method, split.segments);
+    const byOverride = policy.match(override.method, segments);
     if (byOverride !== null && byOverride.route.upstream.methodOverride === 'honour') {
-      return { policy, match: byOverride, method: override.method, path, fence: null };
+      match = byOverride;
+      method = override.method;
     }
   }
-  const match = policy.match(ex.method, split.segments);
+  match ??= policy.match(method, segments);
   if (match === null) {
-    ex.answerProblem(new ProblemError('no-route', `no route for ${ex.method} ${path}`));
+    ex.answerProblem(new ProblemError('no-route', `no route for ${ex.method} ${routedPath}`));
     return null;
   }
-  return { policy, match, method: ex.method, path, fence: null };
+  // A Host that named a bucket keeps its upstream's format (a route that reads the Host
+  // otherwise is refused just below, to the client that addressed that upstream).
+  if (prefix === null) ex.format = formatOf(match.route.upstream);
+  const refusal = hosts === null ? null : hosts.refusal(match.route, headers.host, prefix);
+  if (refusal !== null) {
+    ex.answerProblem(refusal);
+    return null;
+  }
+  return { policy, match, method, path, routedPath, fence: null };
+}
+
+/** How refusals of requests to `upstream` are written: its kind's format, or null (problem+json). */
+function formatOf(upstream: CompiledUpstream): ProblemFormat | null {
+  return kindFor(upstream.kind)?.problemFormat ?? null;
 }

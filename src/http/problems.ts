@@ -25,6 +25,22 @@ export function sendProblem(reply: FastifyReply, problem: ProblemError): Fastify
   return reply.code(problem.status).type(PROBLEM_CONTENT_TYPE).send(problem.toBody());
 }
 
+/**
+ * Another way to write a refusal than problem+json, for clients that read only their own
+ * error format (kind: s3: S3's XML `<Error>` document, so S3 SDKs raise a named error).
+ * Chosen per request by the kind of the route's upstream (src/gateway/exchange.ts).
+ */
+export interface ProblemFormat {
+  readonly contentType: string;
+  /** The body answering `problem` on the request with id `requestId`, and headers of its own. */
+  render(problem: ProblemError, requestId: string): FormattedProblem;
+}
+
+export interface FormattedProblem {
+  body: string;
+  headers: Readonly<Record<string, string>>;
+}
+
 /** The headers a problem is answered with, besides its content type. */
 export function problemHeaders(problem: ProblemError, req: IncomingMessage): Record<string, string> {
   // Refused before 100 Continue: the announced body was never asked for; do not reuse the connection.

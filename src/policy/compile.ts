@@ -70,6 +70,15 @@ export function compilePolicy(files: readonly ValidFile[]): CompileResult {
         );
         continue;
       }
+      if (raw.virtualHostDomains !== undefined && kind.name !== 's3') {
+        errors.push(
+          source.error(
+            ['upstreams', name, 'virtualHostDomains'],
+            `only s3 upstreams take "virtualHostDomains" (this one is ${kind.name})`,
+          ),
+        );
+        continue;
+      }
       const tls = compileUpstreamTls(raw.tls, kind.name, compiled.upstream.origin, source.file);
       if (tls.ok) upstreams[name] = { ...compiled.upstream, tls: tls.tls, methodOverride };
       else for (const e of tls.errors) errors.push(source.error(['upstreams', name, ...e.field], e.message));

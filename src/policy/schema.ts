@@ -38,6 +38,12 @@ export interface RawUpstream {
    * carries one is routed and fenced by the method it names, and the header is forwarded.
    */
   methodOverride?: 'strip' | 'honour';
+  /**
+   * kind: s3: the domains its storage serves virtual-hosted-style buckets under
+   * (`Host: bucket.domain`); [] when it serves none. Absent: a Host that may name a
+   * bucket is refused (src/gateway/kinds/s3/hosts.ts).
+   */
+  virtualHostDomains?: string[];
 }
 
 /** File paths are relative to the policy file. */
@@ -113,6 +119,7 @@ const upstream = {
     preparedStatements: { type: 'boolean' },
     poolSize: ms(1, 1_000),
     methodOverride: { enum: ['strip', 'honour'] },
+    virtualHostDomains: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true },
     tls: {
       type: 'object',
       additionalProperties: false,

@@ -14,7 +14,7 @@
  *   so the token is a signed header.
  */
 import { Sha256 } from '@aws-crypto/sha256-js';
-import { S3Client } from '@aws-sdk/client-s3';
+import { S3Client, S3ServiceException } from '@aws-sdk/client-s3';
 import { SignatureV4 } from '@smithy/signature-v4';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -37,7 +37,14 @@ export interface S3rverHandle {
   close(): Promise<void>;
 }
 
-export async function startS3rver(buckets: readonly string[]): Promise<S3rverHandle> {
+/**
+ * `serviceEndpoint`: s3rver serves virtual-hosted buckets at `<bucket>.s3.<serviceEndpoint>`
+ * (and path style at any other Host); default amazonaws.com.
+ */
+export async function startS3rver(
+  buckets: readonly string[],
+  opts: { serviceEndpoint?: string } = {},
+): Promise<S3rverHandle> {
   for (const b of buckets)
     if (b.length < 3) throw new Error(`s3rver needs bucket names of 3+ characters: ${b}`);
   const directory = mkdtempSync(join(tmpdir(), 'fg-s3rver-'));
@@ -47,6 +54,7 @@ export async function startS3rver(buckets: readonly string[]): Promise<S3rverHan
     silent: true,
     directory,
     vhostBuckets: false,
+    ...(opts.serviceEndpoint === undefined ? {} : { serviceEndpoint: opts.serviceEndpoint }),
     configureBuckets: buckets.map((name) => ({ name })),
   });
   const address = await server.run();
@@ -262,6 +270,40 @@ export async function startSigV4Verifier(
         server.close(() => resolve());
       }),
   };
+}
+
+/**
+ * A policy with one s3 upstream at `url` (`objects`) and the route `invoice-objects`:
+ * `/invoices/*key`, fenced by `invoice:{key}`; `more` is added to the upstream
+ * (indented lines, e.g. virtualHostDomains), `upstreams` after it and `routes` after the route.
+ */
+export function invoicePolicy(
+  url: string,
+  more: { upstream?: string; upstreams?: string; routes?: string } = {},
+): string {
+  return `version: 1
+upstreams:
+  objects:
+    kind: s3
+    url: ${url}
+${more.upstream ?? ''}${more.upstreams ?? ''}routes:
+  - name: invoice-objects
+    methods: [GET, HEAD, PUT, POST, DELETE]
+    path: /invoices/*key
+    upstream: objects
+    lock: 'invoice:{key}'
+${more.routes ?? ''}`;
+}
+
+/** The S3 error `p` rejects with (it must reject with one). */
+export async function s3Refusal(p: Promise<unknown>): Promise<S3ServiceException & Record<string, unknown>> {
+  const outcome = await p.then(
+    () => null,
+    (e: unknown) => e,
+  );
+  if (!(outcome instanceof S3ServiceException))
+    throw new Error(`expected an S3 error, got ${String(outcome)}`);
+  return outcome as S3ServiceException & Record<string, unknown>;
 }
 
 export interface S3ClientOptions {

@@ -9,6 +9,7 @@ declare module 's3rver' {
     directory?: string;
     resetOnClose?: boolean;
     vhostBuckets?: boolean;
+    serviceEndpoint?: string;
     configureBuckets?: { name: string; configs?: (string | Buffer)[] }[];
   }
 

@@ -20,6 +20,7 @@ import {
   type TestUpstream,
 } from '../helpers/gateway-harness.js';
 import { MemoryStore } from '../helpers/memory-store.js';
+import { invoicePolicy } from '../helpers/s3.js';
 import { makeTestCerts } from '../helpers/tls-certs.js';
 
 interface Exchanged {
@@ -83,33 +84,64 @@ function events(gw: TestGateway) {
   return gw.events.recent(1000).map(({ id: _id, time: _time, ...rest }) => rest);
 }
 
-describe('the refusal lane answers as node:http does', () => {
+/** A gateway with the lane and one without, on one store, each in front of an upstream of its own. */
+interface Pair {
+  store: MemoryStore;
+  upstreams: TestUpstream[];
+  lane: TestGateway;
+  node: TestGateway;
+}
+
+async function startPair(policy: (upstreamUrl: string) => string): Promise<Pair> {
   const store = new MemoryStore();
-  const upstreams: TestUpstream[] = [];
+  const upstreams = [await startUpstream(), await startUpstream()];
+  const lane = await startGateway({ store, policy: policy(upstreams[0]!.url) });
+  const node = await startGateway({ store, policy: policy(upstreams[1]!.url), refusalLane: false });
+  return { store, upstreams, lane, node };
+}
+
+async function closePair(pair: Pair): Promise<void> {
+  await pair.lane.close();
+  await pair.node.close();
+  for (const u of pair.upstreams) await u.close();
+}
+
+/** Both gateways learn that every token below `current` is stale: each admits it once at `path`. */
+async function admitOnBoth(pair: Pair, path: string, current: FencingToken): Promise<void> {
+  for (const gw of [pair.lane, pair.node]) {
+    const res = await send(gw, 'PUT', path, { 'fencing-token': String(current) }, 'x');
+    expect(res.status).toBe(200);
+  }
+}
+
+/** `parts` sent to both gateways; `read`: how many requests node:http read on the lane's. */
+async function viaBoth(pair: Pair, parts: () => (string | Buffer)[]) {
+  let read = 0;
+  const counted = () => (read += 1);
+  pair.lane.app.server.on('request', counted);
+  const viaLane = await exchange(pair.lane.port, parts());
+  pair.lane.app.server.removeListener('request', counted);
+  const viaNode = await exchange(pair.node.port, parts());
+  return { viaLane, viaNode, read };
+}
+
+describe('the refusal lane answers as node:http does', () => {
+  let pair: Pair;
   let lane: TestGateway;
   let node: TestGateway;
   let stale: FencingToken;
   let current: FencingToken;
 
   beforeAll(async () => {
-    upstreams.push(await startUpstream(), await startUpstream());
-    lane = await startGateway({ store, policy: ordersPolicy(upstreams[0]!.url) });
-    node = await startGateway({ store, policy: ordersPolicy(upstreams[1]!.url), refusalLane: false });
-    stale = (await mint(store, 'order:1')).token;
-    current = (await mint(store, 'order:1')).token;
-    await mint(store, 'shadow:1');
-    // Both gateways learn that `stale` is stale: each admits the current token once.
-    for (const gw of [lane, node]) {
-      const res = await send(gw, 'PUT', '/orders/1', { 'fencing-token': String(current) }, 'x');
-      expect(res.status).toBe(200);
-    }
+    pair = await startPair((url) => ordersPolicy(url));
+    ({ lane, node } = pair);
+    stale = (await mint(pair.store, 'order:1')).token;
+    current = (await mint(pair.store, 'order:1')).token;
+    await mint(pair.store, 'shadow:1');
+    await admitOnBoth(pair, '/orders/1', current);
   });
 
-  afterAll(async () => {
-    await lane.close();
-    await node.close();
-    for (const u of upstreams) await u.close();
-  });
+  afterAll(() => closePair(pair));
 
   const put = (token: FencingToken | string, extra = '', body = 'x', path = '/orders/1') =>
     `PUT ${path} HTTP/1.1\r\nHost: gw\r\nFencing-Token: ${token}\r\nContent-Length: ${body.length}\r\n${extra}\r\n${body}`;
@@ -209,13 +241,7 @@ describe('the refusal lane answers as node:http does', () => {
 
   for (const [name, viaNodeHttp, parts] of cases) {
     it(name, async () => {
-      // Counts the requests node:http reads on the lane's gateway.
-      let read = 0;
-      const counted = () => (read += 1);
-      lane.app.server.on('request', counted);
-      const viaLane = await exchange(lane.port, parts());
-      lane.app.server.removeListener('request', counted);
-      const viaNode = await exchange(node.port, parts());
+      const { viaLane, viaNode, read } = await viaBoth(pair, parts);
       expect(statuses(viaNode.received).length).toBeGreaterThan(0);
       expect(viaLane).toEqual(viaNode);
       expect(read).toBe(viaNodeHttp);
@@ -238,14 +264,76 @@ describe('the refusal lane answers as node:http does', () => {
   });
 
   it('forwarded, counted and recorded the same', async () => {
-    expect(upstreams[0]!.hits.length).toBeGreaterThanOrEqual(5);
-    expect(upstreams[0]!.hits.map((h) => [h.method, h.url, h.bytes])).toEqual(
-      upstreams[1]!.hits.map((h) => [h.method, h.url, h.bytes]),
+    const [viaLane, viaNode] = pair.upstreams;
+    expect(viaLane!.hits.length).toBeGreaterThanOrEqual(5);
+    expect(viaLane!.hits.map((h) => [h.method, h.url, h.bytes])).toEqual(
+      viaNode!.hits.map((h) => [h.method, h.url, h.bytes]),
     );
     expect(await counters(lane)).toEqual(await counters(node));
     expect(events(lane)).toEqual(events(node));
     expect(events(lane).filter((e) => e.reason === 'stale').length).toBeGreaterThan(10);
   });
+});
+
+// Refusals on s3 routes are S3 XML errors, on the lane as through node:http.
+describe('the refusal lane on s3 routes answers the same S3 errors as node:http', () => {
+  let pair: Pair;
+  let stale: FencingToken;
+
+  beforeAll(async () => {
+    pair = await startPair((url) => invoicePolicy(url));
+    stale = (await mint(pair.store, 'invoice:a.pdf')).token;
+    await admitOnBoth(pair, '/invoices/a.pdf', (await mint(pair.store, 'invoice:a.pdf')).token);
+  });
+
+  afterAll(() => closePair(pair));
+
+  const put = (token: FencingToken | string, path = '/invoices/a.pdf', host = 'gw') =>
+    `PUT ${path} HTTP/1.1\r\nHost: ${host}\r\nFencing-Token: ${token}\r\nContent-Length: 1\r\n\r\nx`;
+
+  /** Each case: its name, the S3 codes answered in order, and its bytes. */
+  const cases: [string, string[], () => (string | Buffer)[]][] = [
+    [
+      'two stale writes in one read',
+      ['StaleFencingToken', 'StaleFencingToken'],
+      () => [put(stale) + put(stale)],
+    ],
+    [
+      'no token, a malformed token',
+      ['FencingTokenRequired', 'MalformedFencingToken'],
+      () => ['PUT /invoices/a.pdf HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\n\r\nx', put('012')],
+    ],
+    ['a write to the bucket itself', ['BucketWriteNotFenced'], () => [put(stale, '/invoices')]],
+    [
+      'no route, a dot segment (no route yet: the policy has s3 upstreams only)',
+      ['NoRoute', 'BadRequest'],
+      () => [put(stale, '/elsewhere/a.pdf'), put(stale, '/invoices/x/../a.pdf')],
+    ],
+    [
+      'a Host that may name a bucket, then HEAD with one',
+      ['VirtualHostRefused'],
+      () => [
+        put(stale, '/invoices/a.pdf', 'invoices.localhost'),
+        'HEAD /invoices/a.pdf HTTP/1.1\r\nHost: invoices.localhost\r\n\r\n',
+      ],
+    ],
+    [
+      'a stale write with Connection: close',
+      ['StaleFencingToken'],
+      () => [put(stale).replace('Host: gw', 'Host: gw\r\nConnection: close')],
+    ],
+  ];
+
+  for (const [name, codes, parts] of cases) {
+    it(name, async () => {
+      const { viaLane, viaNode, read } = await viaBoth(pair, parts);
+      expect([...viaNode.received.matchAll(/<Code>(\w+)<\/Code>/g)].map((m) => m[1])).toEqual(codes);
+      expect(viaNode.received).toContain('content-type: application/xml');
+      expect(viaNode.received).toContain('x-amz-request-id: <uuid>');
+      expect(viaLane).toEqual(viaNode);
+      expect(read).toBe(0); // every one answered by the lane
+    });
+  }
 });
 
 describe('the refusal lane', () => {

@@ -23,6 +23,7 @@ import { GATEWAY_STORES, type GatewayStoreFactory, type OpenedStore } from '../h
 import type { Store } from '../../src/store/types.js';
 import {
   fenced,
+  invoicePolicy,
   s3Client,
   startS3rver,
   startSigV4Verifier,
@@ -36,21 +37,6 @@ let opened: OpenedStore;
 let store: Store;
 let gw: TestGateway;
 let client: S3Client;
-
-function policy(url: string): string {
-  return `version: 1
-upstreams:
-  objects:
-    kind: s3
-    url: ${url}
-routes:
-  - name: invoice-objects
-    methods: [GET, HEAD, PUT, POST, DELETE]
-    path: /invoices/*key
-    upstream: objects
-    lock: 'invoice:{key}'
-`;
-}
 
 beforeAll(async () => {
   s3 = await startS3rver(['invoices', 'archive']);
@@ -69,7 +55,7 @@ let factory: GatewayStoreFactory;
 beforeEach(async () => {
   opened = await factory.open();
   store = opened.store;
-  gw = await startGateway({ store, policy: policy(verifier.url) });
+  gw = await startGateway({ store, policy: invoicePolicy(verifier.url) });
   client = s3Client({ endpoint: gw.url });
   verifier.received.length = 0;
 });

@@ -20,6 +20,7 @@
  * What a kind must do to keep the safety promises is in docs/adr/0006-downstream-kinds.md.
  */
 import type { ProblemError } from '../../errors.js';
+import type { ProblemFormat } from '../../http/problems.js';
 import type { RecordRefusal } from '../refusal-log.js';
 import type { Metrics } from '../../observe/metrics.js';
 import type { CompiledPolicy, CompiledRoute, CompiledUpstream } from '../../policy/model.js';
@@ -78,9 +79,38 @@ export interface ResourceFence {
   token: FencingToken;
 }
 
+/** The first path segment a request's Host carries (s3: a virtual-hosted bucket), and for which upstream. */
+export interface HostPrefix {
+  readonly segment: string;
+  readonly upstream: CompiledUpstream;
+}
+
+/**
+ * How requests address the upstreams of a kind by their Host, for one policy (s3:
+ * `Host: bucket.domain`, a virtual-hosted-style bucket). Routing asks `prefix` before it
+ * matches (the segment goes before the path's), and `refusal` once a route matched.
+ */
+export interface HostAddressing {
+  /** The segment the Host carries for an upstream that declares it, or null. */
+  prefix(host: string | undefined): HostPrefix | null;
+  /**
+   * A refusal when `route` (any kind's) must not take a request with this Host, routed
+   * with `prefix`: its upstream reads the Host otherwise, or may read a bucket from it
+   * that the policy does not know; else null.
+   */
+  refusal(route: CompiledRoute, host: string | undefined, prefix: HostPrefix | null): ProblemError | null;
+}
+
 export interface DownstreamKind {
   readonly name: KindName;
   readonly fenceAt: 'gateway' | 'resource';
+  /**
+   * How the gateway's refusals of requests addressed to this kind's upstreams are
+   * written, for clients that read only their own error format; absent: problem+json.
+   */
+  readonly problemFormat?: ProblemFormat;
+  /** Whether (and how) the Host of a request addresses this kind's upstreams in `policy`; absent or null: not at all. */
+  hostAddressing?(policy: CompiledPolicy): HostAddressing | null;
   /**
    * Route fields only this kind accepts (e.g. postgres: table, key, columns). The policy
    * schema lists every kind's fields; a route of another kind that sets one is an error.

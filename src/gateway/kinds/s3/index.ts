@@ -15,11 +15,17 @@
  * gateway for the body (`needs-body`, at most 1 MiB), every key's lock is the one its
  * PutObject would be fenced by, and all of them are admitted (or the request refused)
  * before the same bytes are forwarded.
+ *
+ * Refusals on s3 routes are S3 XML `<Error>` documents (errors.ts); a Host that may name
+ * a bucket virtual-hosted style is refused unless the upstream declares its domains, and
+ * then the bucket is read from it (hosts.ts).
  */
 import { forwardHttp } from '../../forward.js';
 import { headerLookup } from '../../headers.js';
 import { compileHttpUpstream } from '../http/compile.js';
 import type { DownstreamKind, UpstreamCompileResult, WriteSet } from '../types.js';
+import { s3ProblemFormat } from './errors.js';
+import { compileHostDomains, s3HostAddressing, type S3HostSettings } from './hosts.js';
 import { s3Writes } from './locks.js';
 
 function compileS3Upstream(
@@ -40,13 +46,21 @@ function compileS3Upstream(
       ],
     };
   }
-  return compiled;
+  const domains = compileHostDomains(raw.virtualHostDomains);
+  if (!domains.ok) return domains;
+  const s3: S3HostSettings = {
+    virtualHostDomains: domains.domains,
+    ownHost: new URL(compiled.upstream.origin).hostname,
+  };
+  return { ok: true, upstream: { ...compiled.upstream, settings: { s3 } } };
 }
 
 export const s3Kind: DownstreamKind = {
   name: 's3',
   fenceAt: 'gateway',
   routeFields: [],
+  problemFormat: s3ProblemFormat,
+  hostAddressing: s3HostAddressing,
   compileUpstream: compileS3Upstream,
   compileRoute: (raw) =>
     raw.fencing?.check === 'sequencer'
