@@ -25,6 +25,7 @@ import { readBoundedBody } from '../http/body.js';
 import { sendContinue } from '../http/continue.js';
 import { kindFor } from './kinds/index.js';
 import { deliveryBoundMs } from './lock-delay.js';
+import type { ResetHold } from './reset-hold.js';
 import type { DownstreamKind, WriteSet } from './kinds/types.js';
 import { refusalRecorder } from './refusal-log.js';
 import { StaleCache } from './stale-cache.js';
@@ -48,6 +49,8 @@ export interface FenceOptions {
   sequencers: SequencerVerifier | null;
   /** How long one admission serves the same token's next writes on a lock (0: never). */
   admissionHoldMs: number;
+  /** After the store lost or replaced its state, writes wait their lock-delay (reset-hold.ts). */
+  resetHold: ResetHold;
 }
 
 /**
@@ -67,7 +70,7 @@ export interface FenceStep {
 }
 
 export function fenceStep(opts: FenceOptions): FenceStep {
-  const { guard, sessions, observer, metrics, events, sequencers } = opts;
+  const { guard, sessions, observer, metrics, events, sequencers, resetHold } = opts;
 
   const record = refusalRecorder(metrics, events);
   // Per process: what the store has already told this gateway is stale, per lock: of the
@@ -323,6 +326,7 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     // The entry is delivering from its admission when the write leaves at once; a small
     // body still on its way is read first, and its entry marked delivering then.
     const bound = recording !== true ? 0 : deliveryBoundMs(state.match.route);
+    if (bound > 0 && resetHold.leftMs(bound) > 0) return heldAfterReset(ex, state, first, bound);
     const boundNow = bound > 0 && smallBodyOnItsWay(ex) ? 0 : bound;
     const verdict = verdictOf(ex, state.match.route, first, recording, lease, boundNow);
     if (!(verdict instanceof Promise) && !verdict.ok) return refused(ex, state, fencing, verdict, locks);
@@ -399,6 +403,11 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     const finishAll = () => {
       for (const e of entries) e.finish();
     };
+    if (resetHold.leftMs(bound) > 0 && !clientGone) {
+      // The store was found reset while this write was being admitted.
+      finishAll();
+      return heldAfterReset(ex, state, first.lock, bound);
+    }
     if (!lease.valid && !clientGone) {
       // The admission outlived this process's session: its entries may no longer count.
       finishAll();
@@ -460,6 +469,23 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     if (fresh.length < entries.length) tallies.held.n += 1;
     state.fence = { mode: 'admitted', lock: first.lock, locks, token, entries };
     return false;
+  }
+
+  /**
+   * A write that comes within its route's lock-delay after this gateway found the store
+   * reset: 503 with the time left, counted and recorded as a `lock-delay` event.
+   */
+  function heldAfterReset(ex: Exchange, state: GatewayRequestState, lock: string, bound: number): true {
+    const left = resetHold.leftMs(bound);
+    const problem = new ProblemError(
+      'fence-unavailable',
+      `the fence store lost or replaced its state; writes on this route wait ${Math.ceil(left / 1000)} s ` +
+        'more so that writes already delivered to the upstream are applied first',
+      { lock },
+      { headers: { 'retry-after': String(Math.max(1, Math.ceil(left / 1000))) } },
+    );
+    record(ex, state, { lock, token: null, highest: null, reason: 'unavailable', afterReset: true }, true);
+    return refuse(ex, problem);
   }
 
   /**

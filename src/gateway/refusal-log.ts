@@ -13,6 +13,8 @@ export interface RefusedWrite {
   reason: FencedReason;
   /** Lower-token writes did not leave the drain barrier in time (an ordering timeout). */
   drainTimeout?: boolean;
+  /** Refused within the lock-delay after this gateway found the store reset (reset-hold.ts). */
+  afterReset?: boolean;
   lock: string;
   token: FencingToken | string | null;
   highest: FencingToken | string | null;
@@ -67,10 +69,16 @@ export function refusalRecorder(metrics: Metrics, events: EventLog): RecordRefus
     const route = state.match.route.name;
     metrics.fenceOf(route).refused(r.reason, enforced).n += 1;
     const { token, highest } = shownOf(r);
+    const [type, reason] =
+      r.drainTimeout === true
+        ? (['drain-timeout', 'drain-timeout'] as const)
+        : r.afterReset === true
+          ? (['lock-delay', 'store-reset'] as const)
+          : (['fenced-write', r.reason] as const);
     events.record({
       time: nowIso(),
-      type: r.drainTimeout === true ? 'drain-timeout' : 'fenced-write',
-      reason: r.drainTimeout === true ? 'drain-timeout' : r.reason,
+      type,
+      reason,
       route,
       lock: r.lock,
       token,

@@ -17,6 +17,7 @@ import { deferContinue } from '../http/continue.js';
 import { httpsOption, type CaBundle, type ListenerTls } from '../http/tls.js';
 import { DataPlane, installDataPlane } from './data-plane.js';
 import { fenceStep } from './fence.js';
+import { ResetHold } from './reset-hold.js';
 import { ADMISSION_HOLD_MS } from './admission-hold.js';
 import { SessionObserver } from './observer.js';
 import { GatewaySessions, type SessionSettings } from './session.js';
@@ -101,6 +102,9 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   const sessions = new GatewaySessions(store, opts.metrics, app.log, opts.session);
   guard.finishLater = (lock, requestId) => sessions.finishLater(lock, requestId);
   const observer = new SessionObserver(guard, app.log);
+  const resetHold = new ResetHold(opts.metrics, app.log);
+  const unwatchResets = store.onReset((reset) => resetHold.reset(reset.reason));
+  const unwatchLoss = sessions.onStoreLoss((reason) => resetHold.reset(reason));
   await sessions.start();
   observer.startSweeping(Math.max(100, Math.floor(sessions.ttlMs / 2)));
   const pool = new UpstreamPool(opts.metrics, app.log, opts.breakers ?? null, opts.upstreamCa ?? null);
@@ -111,6 +115,8 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   });
   app.addHook('onClose', async () => {
     unsubscribe();
+    unwatchResets();
+    unwatchLoss();
     observer.stop();
     await pool.close();
     await sessions.close();
@@ -130,6 +136,7 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
     events: opts.events,
     sequencers,
     admissionHoldMs: opts.admissionHoldMs ?? ADMISSION_HOLD_MS,
+    resetHold,
   });
   const env = {
     log: app.log,

@@ -111,6 +111,8 @@ export class GatewaySessions {
   private lastSentAt = 0;
   /** Finishes that failed (store unreachable): retried after each beat, so no entry is left behind. */
   private readonly unfinished = new Map<string, { lock: string; requestId: string }>();
+  /** Told when the store forgot this process's session while it was valid (reset-hold.ts). */
+  private readonly lossListeners = new Set<(reason: string) => void>();
 
   constructor(
     private readonly store: Store,
@@ -135,6 +137,16 @@ export class GatewaySessions {
   current(): SessionLease | null {
     const lease = this.lease;
     return lease !== null && lease.valid ? lease : null;
+  }
+
+  /**
+   * Calls `listener` when a beat finds this process's session gone although it was still
+   * valid: no observer can have ended it (ADR 0005), so the store lost it (flushed,
+   * restored, failed over), and with it the in-flight entries of the drain barrier.
+   */
+  onStoreLoss(listener: (reason: string) => void): () => void {
+    this.lossListeners.add(listener);
+    return () => this.lossListeners.delete(listener);
   }
 
   /** An entry whose finish failed; finished again after the next successful beat. */
@@ -195,7 +207,13 @@ export class GatewaySessions {
     const sent = performance.now();
     const result = await this.store.beatSession(lease.id);
     if (!result.alive) {
-      // Ended by an observer: by construction this lease had already lapsed.
+      // Ended by an observer, this lease had lapsed by construction; if it had not, the
+      // store itself lost the session.
+      if (lease.valid) {
+        const reason =
+          'the store no longer knew this gateway’s live session (flushed, restored or failed over)';
+        for (const listener of [...this.lossListeners]) listener(reason);
+      }
       lease.ended = true;
       lease.abortAll();
       this.metrics.sessionsLost.inc();

@@ -17,7 +17,7 @@ import { FENCED_REASONS } from './metrics.js';
 export const EVENT_REASONS = {
   'fenced-write': FENCED_REASONS,
   'drain-timeout': ['drain-timeout'],
-  'lock-delay': ['delivered-write'],
+  'lock-delay': ['delivered-write', 'store-reset'],
   'lease-expired': ['expired'],
   'renew-failed': ['lease-lost'],
   'release-not-owner': ['not-owner'],

@@ -358,6 +358,13 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
       labelNames: ['route'] as const,
       registers,
     }),
+    storeResets: new Counter({
+      name: 'fencegate_store_resets_total',
+      help:
+        'Times this gateway found the fence store lost or replaced its state (its session gone while valid, ' +
+        'another epoch, another store behind the connection); fenced writes then wait for their lock-delay',
+      registers,
+    }),
     sessionsLost: new Counter({
       name: 'fencegate_gateway_sessions_lost_total',
       help: 'Times this process found its gateway session ended by another gateway (it was paused or cut off past its TTL)',

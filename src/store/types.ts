@@ -237,6 +237,19 @@ export interface BeatResult {
   now: number;
 }
 
+/**
+ * The store's state may have been lost or replaced under this process (docs/adr/
+ * 0019-store-identity.md): a new epoch was started or found (its record was recreated,
+ * bumped by an operator or by the identity check), or the store behind the connection is
+ * not the one this process knew. Tokens at or below `floor` are refused from now on.
+ */
+export interface StoreReset {
+  /** What was seen, for logs and events. */
+  reason: string;
+  /** The global floor after the reset. */
+  floor: FencingToken;
+}
+
 export interface StoreHealth {
   ok: boolean;
   kind: StoreKind;
@@ -323,9 +336,17 @@ export interface Store {
   /**
    * Starts a new global epoch whose floor is the store clock in ms × 1000 (or higher,
    * never lower than the current floor). For use after restoring a backup: every token
-   * minted afterwards is above the floor, and tokens at or below it are refused as stale.
+   * minted afterwards is above the floor, and tokens at or below it are refused as stale;
+   * leases whose token is at or below it can no longer be renewed.
    */
   bumpEpoch(): Promise<{ id: string; floor: FencingToken }>;
+  /**
+   * Calls `listener` whenever this process finds that the store's state may have been
+   * lost or replaced since it last looked (StoreReset): another epoch than the one it
+   * knew, or another store behind the connection. Not called for what it found when it
+   * opened. The returned function unsubscribes.
+   */
+  onReset(listener: (reset: StoreReset) => void): () => void;
 
   // ---- lifecycle ----
   /** Store clock, ms since epoch. */

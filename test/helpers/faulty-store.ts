@@ -53,7 +53,8 @@ export function faultyStore(inner: Store): FaultyStore {
       if (prop === 'entriesFinished') return entriesFinished;
       if (prop === 'failing') return failing;
       const value: unknown = Reflect.get(target, prop, receiver);
-      if (typeof value !== 'function' || prop === 'close')
+      // Not store calls: close, and onReset (synchronous, it returns the unsubscribe function).
+      if (typeof value !== 'function' || prop === 'close' || prop === 'onReset')
         return typeof value === 'function' ? value.bind(target) : value;
       return async (...args: unknown[]) => {
         calls.push(String(prop));

@@ -37,6 +37,7 @@ export function withKeyPrefix(inner: Store, prefix: string): Store {
     admit: (req) => inner.admit({ ...req, lock: k(req.lock) }),
     finish: (lock, requestId) => inner.finish(k(lock), requestId),
     deliver: (lock, requestId, boundMs) => inner.deliver(k(lock), requestId, boundMs),
+    onReset: (listener) => inner.onReset(listener),
     lowerInflight: (lock, token) => inner.lowerInflight(k(lock), token),
     dropInflight: (lock, sessions, maxBoundMs) => inner.dropInflight(k(lock), sessions, maxBoundMs),
     openSession: (id, ttlMs) => inner.openSession(id, ttlMs),

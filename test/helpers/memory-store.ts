@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { StoreUnavailableError } from '../../src/errors.js';
 import { deliveryBound, GRANT_HISTORY } from '../../src/store/types.js';
+import { ResetWatch } from '../../src/store/reset.js';
 import type {
   AcquireRequest,
   AcquireResult,
@@ -24,6 +25,7 @@ import type {
   SessionRecord,
   Store,
   StoreHealth,
+  StoreReset,
 } from '../../src/store/types.js';
 
 interface KeyState {
@@ -45,6 +47,11 @@ export class MemoryStore implements Store {
   private readonly sessions = new Map<string, SessionRecord>();
   private floor = 0n;
   private closed = false;
+  private readonly resets = new ResetWatch();
+
+  onReset(listener: (reset: StoreReset) => void): () => void {
+    return this.resets.onReset(listener);
+  }
 
   async tryAcquire(req: AcquireRequest): Promise<AcquireResult> {
     const s = this.state(req.key);
@@ -250,6 +257,7 @@ export class MemoryStore implements Store {
   async bumpEpoch(): Promise<{ id: string; floor: bigint }> {
     const floor = BigInt(this.clock()) * 1000n;
     this.floor = floor > this.floor ? floor : this.floor;
+    this.resets.emit({ reason: 'the epoch was bumped', floor: this.floor });
     return { id: randomUUID(), floor: this.floor };
   }
 

@@ -17,6 +17,8 @@ export interface Harness {
   store: Store;
   /** Test-only: set the highest issued token of a key directly in the backend. */
   seedIssued(key: string, token: bigint): Promise<void>;
+  /** Another store on the same backend and namespace, as a second process would open it (closed by close()). */
+  another(): Promise<Store>;
   close(): Promise<void>;
 }
 
@@ -60,10 +62,13 @@ export const STORE_FIXTURES: StoreFixture[] = [
       const { seedEmbeddedIssued } = await import('./embedded-seed.js');
       const { freshEmbeddedDir } = await import('./embedded-template.js');
       const dir = await freshEmbeddedDir();
+      const others: Store[] = [];
       const h: Harness = {
         store: await openEmbeddedStore(dir),
         seedIssued: (key, token) => seedEmbeddedIssued(dir, key, token),
+        another: async () => others[others.push(await openEmbeddedStore(dir)) - 1]!,
         async close() {
+          for (const o of others) await o.close();
           await h.store.close();
           await rm(dir, { recursive: true, force: true });
         },
@@ -78,10 +83,14 @@ export const STORE_FIXTURES: StoreFixture[] = [
       const { seedPostgresIssued } = await import('./sql-seed.js');
       const schema = uniqueName('fgt');
       const store = await openPostgresStore(POSTGRES_URL, { namespace: schema });
+      const others: Store[] = [];
       return {
         store,
         seedIssued: (key, token) => seedPostgresIssued(POSTGRES_URL, schema, key, token),
+        another: async () =>
+          others[others.push(await openPostgresStore(POSTGRES_URL, { namespace: schema })) - 1]!,
         async close() {
+          for (const o of others) await o.close();
           await store.close();
           await dropPostgresSchema(POSTGRES_URL, schema);
         },
@@ -94,11 +103,15 @@ export const STORE_FIXTURES: StoreFixture[] = [
       const { openRedisStore } = await import('../../src/store/redis/store.js');
       const { seedRedisIssued } = await import('./redis-seed.js');
       const prefix = uniqueName('fgt');
-      const store = await openRedisStore(REDIS_URL, { namespace: prefix, allowVolatileRedis: true });
+      const open = () => openRedisStore(REDIS_URL, { namespace: prefix, allowVolatileRedis: true });
+      const store = await open();
+      const others: Store[] = [];
       return {
         store,
         seedIssued: (key, token) => seedRedisIssued(REDIS_URL, prefix, key, token),
+        another: async () => others[others.push(await open()) - 1]!,
         async close() {
+          for (const o of others) await o.close();
           await store.close();
           await deleteRedisPrefix(REDIS_URL, prefix);
         },

@@ -618,5 +618,44 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
       const health = await h.store.health();
       expect(health).toMatchObject({ ok: true, epoch: { id: epoch.id, floor: epoch.floor } });
     });
+
+    it('a bump ends the leases it supersedes: not renewable, not live, not replayed', async () => {
+      const lock = 'f:bumped-lease';
+      const a = await h.store.tryAcquire({ key: lock, owner: 'a', ttlMs: 60_000, requestId: 'ra' });
+      if (!a.ok) throw new Error('expected a grant');
+      expect(await h.store.renew(lock, a.lease.leaseId, 60_000)).toMatchObject({ ok: true });
+      await sleep(5);
+      await h.store.bumpEpoch();
+      // Its holder is fenced out (its token is below the floor): told at its next renewal.
+      expect(await h.store.renew(lock, a.lease.leaseId, 60_000)).toEqual({ ok: false, reason: 'lease-lost' });
+      expect(await h.store.inspect(lock)).toMatchObject({ held: false });
+      expect(
+        await h.store.tryAcquire({ key: lock, owner: 'a', ttlMs: 60_000, requestId: 'ra' }),
+      ).toMatchObject({
+        ok: false,
+        reason: 'replay-ended',
+      });
+      // Everyone else gets the lock at once, not after the superseded lease's TTL.
+      const b = await grant(h.store, lock, 'b');
+      expect(b.token).toBeGreaterThan(a.lease.token);
+    });
+
+    it("another process's epoch bump is a reset here, seen at the next admission; this process's own view is not", async () => {
+      const lock = 'f:reset';
+      const resets: string[] = [];
+      const off = h.store.onReset((r) => resets.push(r.reason));
+      const a = await grant(h.store, lock, 'a');
+      expect(await admit(h.store, lock, a.token)).toMatchObject({ ok: true });
+      expect(resets).toEqual([]);
+      const other = await h.another();
+      await sleep(5);
+      const bumped = await other.bumpEpoch();
+      await h.store.release(lock, a.leaseId);
+      const b = await grant(h.store, lock, 'b');
+      expect(await admit(h.store, lock, b.token)).toMatchObject({ ok: true });
+      expect(resets.length).toBeGreaterThan(0);
+      expect(b.token).toBeGreaterThan(bumped.floor);
+      off();
+    });
   });
 });

@@ -31,6 +31,7 @@
     'unavailable',
     'drain-timeout',
     'delivered-write',
+    'store-reset',
     'expired',
     'lease-lost',
     'not-owner',

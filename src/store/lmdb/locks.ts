@@ -52,8 +52,19 @@ function newLock(now: number): LockRec {
   };
 }
 
-function leaseLive(l: LockRec, now: number): boolean {
-  return l.leaseId !== null && l.expiresAt !== null && l.expiresAt > now;
+/**
+ * A lease is live until it expires by the store clock, and while its token is above the
+ * global floor: an epoch bump that put it at or below the floor superseded it (its holder
+ * is fenced out), so it is neither live, renewed nor replayed.
+ */
+function leaseLive(t: Tables, l: LockRec, now: number): boolean {
+  return (
+    l.leaseId !== null &&
+    l.expiresAt !== null &&
+    l.expiresAt > now &&
+    l.token !== null &&
+    BigInt(l.token) > epochFloor(t)
+  );
 }
 
 /** The live waiters of a key, in queue order. */
@@ -77,7 +88,7 @@ export function tryAcquire(t: Tables, req: AcquireRequest, now: number): Outcome
   if (req.requestId !== undefined) {
     const g = t.grants.get([req.key, req.requestId, req.owner]);
     if (g !== undefined && g.keepUntil > now) {
-      const current = l.leaseId === g.leaseId && l.expiresAt !== null && l.expiresAt > now;
+      const current = l.leaseId === g.leaseId && leaseLive(t, l, now);
       if (!current || l.expiresAt === null || l.ttlMs === null) {
         return {
           result: { ok: false, reason: 'replay-ended', leaseId: g.leaseId, token: BigInt(g.token) },
@@ -106,7 +117,7 @@ export function tryAcquire(t: Tables, req: AcquireRequest, now: number): Outcome
 
   // What blocks the attempt: a live lease, or a live waiter ahead of us.
   const waits: number[] = [];
-  const live = leaseLive(l, now);
+  const live = leaseLive(t, l, now);
   if (live && l.expiresAt !== null) waits.push(l.expiresAt - now);
   const head = liveWaiters(t, req.key, now)[0];
   if (head !== undefined && head.id !== req.waiterId) waits.push(head.deadline - now);
@@ -181,7 +192,7 @@ export function renew(t: Tables, key: string, leaseId: string, ttlMs: number, no
   if (
     l === undefined ||
     l.leaseId !== leaseId ||
-    !leaseLive(l, now) ||
+    !leaseLive(t, l, now) ||
     l.owner === null ||
     l.token === null
   ) {
@@ -203,7 +214,7 @@ export function release(t: Tables, key: string, leaseId: string): Outcome<Releas
 
 function lockState(t: Tables, key: string, l: LockRec, now: number): LockState | null {
   if (l.issued === null) return null;
-  const held = leaseLive(l, now) && l.token !== null;
+  const held = leaseLive(t, l, now) && l.token !== null;
   const issued = BigInt(l.issued);
   return {
     key,

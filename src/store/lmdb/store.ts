@@ -8,7 +8,7 @@
  * Design and measurements: docs/adr/0009-embedded-store.md, docs/stores-embedded.md.
  */
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { StoreUnavailableError } from '../../errors.js';
 import { namespaceProblem } from '../namespace.js';
@@ -30,7 +30,9 @@ import type {
   Store,
   StoreHealth,
   StoreOptions,
+  StoreReset,
 } from '../types.js';
+import { ResetWatch } from '../reset.js';
 import {
   DATA_FILE,
   FORMAT_VERSION,
@@ -67,9 +69,20 @@ function failure(err: unknown, what: string): StoreUnavailableError {
   return new StoreUnavailableError(`${what}: ${why}`, { cause: err });
 }
 
+/** A file's identity: device and inode (a copy or a restore makes a new one). */
+function fileIdentity(path: string): string {
+  const s = statSync(path);
+  return `${s.dev}:${s.ino}`;
+}
+
 export class LmdbStore implements Store {
   readonly kind = 'embedded' as const;
   private readonly listeners = new Map<string, Set<{ fn: Listener }>>();
+  private readonly resets = new ResetWatch();
+  /** The data file this process opened (fileIdentity), checked before every operation. */
+  private identity = '';
+  /** Set once the data file at the path is no longer the one this process opened. */
+  private replaced: StoreUnavailableError | null = null;
   private mesh: WakeMesh | null = null;
   private closing: Promise<void> | null = null;
   private pruning: Promise<void> | null = null;
@@ -107,8 +120,15 @@ export class LmdbStore implements Store {
     return store;
   }
 
-  /** Creates the namespace's format record and epoch if missing; refuses a format it cannot read. */
+  /**
+   * Creates the namespace's format record and epoch if missing; refuses a format it cannot
+   * read. Ties the epoch to the data file (docs/adr/0019-store-identity.md): a file that is
+   * not the one that verified the epoch last (copied back from a backup, restored in place)
+   * may hold older state than was acknowledged, so a new epoch starts above the store clock
+   * before anything is granted or admitted.
+   */
   private async init(): Promise<void> {
+    this.identity = fileIdentity(this.dataFile);
     const found = await this.t.root.transaction(() => {
       let format = this.t.meta.get('format') as string | undefined;
       if (format === undefined || UPGRADABLE_FORMATS.includes(format)) {
@@ -121,6 +141,15 @@ export class LmdbStore implements Store {
         const epoch: EpochRec = { id: randomUUID(), floor: (BigInt(now) * 1000n).toString(), startedAt: now };
         this.t.meta.put('epoch', epoch);
       }
+      const recorded = this.t.meta.get('identity') as string | undefined;
+      if (recorded !== undefined && recorded !== this.identity) {
+        const now = nowMs();
+        const before = this.t.meta.get('epoch') as EpochRec;
+        const floor = locks.maxBig(BigInt(before.floor), BigInt(now) * 1000n);
+        const epoch: EpochRec = { id: randomUUID(), floor: floor.toString(), startedAt: now };
+        this.t.meta.put('epoch', epoch);
+      }
+      if (recorded !== this.identity) this.t.meta.put('identity', this.identity);
       return format;
     });
     if (found !== FORMAT_VERSION) {
@@ -152,8 +181,43 @@ export class LmdbStore implements Store {
     this.t.root.resetReadTxn();
   }
 
+  private get dataFile(): string {
+    return join(this.root, DATA_FILE);
+  }
+
+  /**
+   * Open, and still serving the data file at its path. A file replaced under a running
+   * process (a restore into the directory) cannot be served by it again: the process keeps
+   * the deleted file mapped, and a process started afterwards reads the restored one. It
+   * fails closed from then on (a reset; /readyz says why) until it is restarted.
+   */
   private assertOpen(): void {
     if (this.closing) throw new StoreUnavailableError(`embedded store ${this.root}: store is closed`);
+    if (this.replaced !== null) throw this.replaced;
+    let now = '';
+    try {
+      now = fileIdentity(this.dataFile);
+    } catch {
+      now = 'missing';
+    }
+    if (now === this.identity) return;
+    this.replaced = new StoreUnavailableError(
+      `embedded store ${this.root}: its data file was replaced (or removed) while this process used it ` +
+        '(a restore?); restart fencegate to serve the store now in the directory',
+    );
+    this.resets.emit({ reason: this.replaced.message, floor: locks.epochFloor(this.t) });
+    throw this.replaced;
+  }
+
+  onReset(listener: (reset: StoreReset) => void): () => void {
+    return this.resets.onReset(listener);
+  }
+
+  /** Notes the epoch after an operation that judged or minted tokens (a change is a reset). */
+  private noteEpoch(): void {
+    const e = this.t.meta.get('epoch') as EpochRec | undefined;
+    if (e !== undefined)
+      this.resets.epoch(e.id, BigInt(e.floor), 'the epoch changed (bumped, or the store was restored)');
   }
 
   /**
@@ -195,6 +259,8 @@ export class LmdbStore implements Store {
 
   async tryAcquire(req: AcquireRequest): Promise<AcquireResult> {
     const r = await this.write((now) => locks.tryAcquire(this.t, req, now));
+    this.noteEpoch();
+    if (r.ok) this.resets.saw(r.lease.token);
     this.housekeep();
     return r;
   }
@@ -235,6 +301,8 @@ export class LmdbStore implements Store {
   async admit(req: AdmitRequest): Promise<AdmitResult> {
     if (req.record === false) return this.read((now) => fences.judgeOnly(this.t, req, now));
     const r = await this.write((now) => ({ result: fences.admit(this.t, req, now), notify: [] }));
+    this.noteEpoch();
+    if (r.ok) this.resets.saw(r.highest);
     this.housekeep();
     return r;
   }
@@ -325,6 +393,9 @@ export class LmdbStore implements Store {
       const epoch: EpochRec = { id: randomUUID(), floor: floor.toString(), startedAt: now };
       this.t.meta.put('epoch', epoch);
       return { result: { id: epoch.id, floor }, notify: [] };
+    }).then((e) => {
+      this.resets.epoch(e.id, e.floor, 'the epoch was bumped');
+      return e;
     });
   }
 

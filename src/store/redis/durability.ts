@@ -44,7 +44,8 @@ async function configGet(client: Redis, name: string): Promise<string | null> {
   return Array.isArray(reply) && typeof reply[1] === 'string' ? reply[1] : null;
 }
 
-function infoField(info: string, name: string): string | null {
+/** A field of an INFO section's text, or null. */
+export function infoField(info: string, name: string): string | null {
   const m = new RegExp(`^${name}:(.*?)\\r?$`, 'm').exec(info);
   return m?.[1] ?? null;
 }

@@ -70,7 +70,7 @@ export class ReplyReader {
 
 /** 'exhausted' when the token space of the key is used up. */
 export function parseAcquire(reply: unknown, key: string): AcquireResult | 'exhausted' {
-  const r = new ReplyReader(reply, 'fg_acquire_v3');
+  const r = new ReplyReader(reply, 'fg_acquire_v4');
   const status = r.str(0);
   if (status === 'held') {
     const blockedBy = r.str(2);
@@ -96,7 +96,7 @@ export function parseAcquire(reply: unknown, key: string): AcquireResult | 'exha
 }
 
 export function parseRenew(reply: unknown, key: string, leaseId: string): RenewResult {
-  const r = new ReplyReader(reply, 'fg_renew_v1');
+  const r = new ReplyReader(reply, 'fg_renew_v2');
   const status = r.str(0);
   if (status === 'lost') return { ok: false, reason: 'lease-lost' };
   if (status !== 'ok') throw r.bad(`status ${status}`);
@@ -108,7 +108,7 @@ export function parseRenew(reply: unknown, key: string, leaseId: string): RenewR
 
 export function parseInspect(reply: unknown, key: string): LockState | null {
   if (reply === null) return null;
-  const r = new ReplyReader(reply, 'fg_inspect_v2');
+  const r = new ReplyReader(reply, 'fg_inspect_v3');
   const issued = r.token(0);
   const held = r.flag(1);
   return {
@@ -177,4 +177,23 @@ export function parseEpoch(reply: unknown, op: string): { id: string; floor: Fen
   const r = new ReplyReader(reply, op);
   // A floor has the shape of a token (clock ms * 1000, never 0).
   return { id: r.str(0), floor: r.token(1) };
+}
+
+/** fg_epoch_verify_v1's answer: the epoch now and what the check did. */
+export function parseEpochVerify(reply: unknown): {
+  id: string;
+  floor: FencingToken;
+  outcome: 'same' | 'created' | 'adopted' | 'bumped' | 'raised';
+} {
+  const r = new ReplyReader(reply, 'fg_epoch_verify_v1');
+  const outcome = r.str(2);
+  if (
+    outcome !== 'same' &&
+    outcome !== 'created' &&
+    outcome !== 'adopted' &&
+    outcome !== 'bumped' &&
+    outcome !== 'raised'
+  )
+    throw r.bad(`outcome ${outcome}`);
+  return { id: r.str(0), floor: r.token(1), outcome };
 }

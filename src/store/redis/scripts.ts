@@ -16,12 +16,12 @@ import type { Redis } from 'ioredis';
  * with its arguments encoded by the caller (encoded-script.ts, fence-batch.ts).
  */
 export const SCRIPTS = {
-  fg_acquire_v3: ['acquire.lua', 5],
-  fg_renew_v1: ['renew.lua', 1],
+  fg_acquire_v4: ['acquire.lua', 5],
+  fg_renew_v2: ['renew.lua', 1],
   fg_release_v1: ['release.lua', 1],
   fg_enqueue_waiter_v1: ['enqueue_waiter.lua', 2],
   fg_remove_waiter_v1: ['remove_waiter.lua', 2],
-  fg_inspect_v2: ['inspect.lua', 5],
+  fg_inspect_v3: ['inspect.lua', 5],
   fg_fence_batch_v2: ['fence_batch.lua', 'encoded'],
   fg_deliver_v1: ['deliver.lua', 1],
   fg_lower_inflight_v3: ['lower_inflight.lua', 1],
@@ -31,13 +31,14 @@ export const SCRIPTS = {
   fg_session_end_v1: ['session_end.lua', 1],
   fg_epoch_init_v1: ['epoch_init.lua', 1],
   fg_epoch_bump_v1: ['epoch_bump.lua', 1],
+  fg_epoch_verify_v1: ['epoch_verify.lua', 1],
 } as const satisfies Record<string, readonly [string, number | 'encoded']>;
 
 export type ScriptName = keyof typeof SCRIPTS;
 
 /** The registered commands (all but the encoded scripts), typed: KEYS first, then ARGV, all strings; replies unparsed. */
 export interface FencegateCommands {
-  fg_acquire_v3(
+  fg_acquire_v4(
     ctr: string,
     lease: string,
     waitq: string,
@@ -53,11 +54,18 @@ export interface FencegateCommands {
     history: string,
     ownerLine: string,
   ): Promise<unknown>;
-  fg_renew_v1(lease: string, leaseId: string, ttlMs: string): Promise<unknown>;
+  fg_renew_v2(lease: string, leaseId: string, ttlMs: string, globalFloor: string): Promise<unknown>;
   fg_release_v1(lease: string, leaseId: string, channel: string): Promise<unknown>;
   fg_enqueue_waiter_v1(waitq: string, waitdl: string, waiterId: string, waitMs: string): Promise<unknown>;
   fg_remove_waiter_v1(waitq: string, waitdl: string, waiterId: string, channel: string): Promise<unknown>;
-  fg_inspect_v2(ctr: string, lease: string, waitq: string, waitdl: string, fence: string): Promise<unknown>;
+  fg_inspect_v3(
+    ctr: string,
+    lease: string,
+    waitq: string,
+    waitdl: string,
+    fence: string,
+    globalFloor: string,
+  ): Promise<unknown>;
   fg_deliver_v1(inf: string, requestId: string, boundMs: string): Promise<unknown>;
   fg_lower_inflight_v3(inf: string, token: string): Promise<unknown>;
   fg_drop_inflight_v2(
@@ -71,6 +79,7 @@ export interface FencegateCommands {
   fg_session_end_v1(sessions: string, id: string, expectedBeat: string): Promise<unknown>;
   fg_epoch_init_v1(epoch: string, newId: string): Promise<unknown>;
   fg_epoch_bump_v1(epoch: string, newId: string): Promise<unknown>;
+  fg_epoch_verify_v1(epoch: string, newId: string, runId: string, atLeast: string): Promise<unknown>;
 }
 
 export type FencegateRedis = Redis & FencegateCommands;

@@ -27,10 +27,12 @@ import type {
   Store,
   StoreHealth,
   StoreOptions,
+  StoreReset,
 } from '../types.js';
+import { StoreUnavailableError } from '../../errors.js';
 import { namespaceProblem } from '../namespace.js';
 import { type Connection, connect, createConnection, unavailable } from './connection.js';
-import { type Durability, checkDurability } from './durability.js';
+import { type Durability, checkDurability, infoField, RedisDurabilityError } from './durability.js';
 import {
   decodeOwnerLine,
   encodeOwnerLine,
@@ -45,6 +47,7 @@ import {
   parseAcquire,
   parseBeat,
   parseEpoch,
+  parseEpochVerify,
   parseInflight,
   parseInspect,
   parseRenew,
@@ -53,6 +56,7 @@ import {
 import { defineScripts, type FencegateRedis } from './scripts.js';
 import { Watcher } from './watch.js';
 import { FenceBatcher, type BatchedAdmit } from './fence-batch.js';
+import { ResetWatch } from '../reset.js';
 
 /** Idempotency records live at least this long (and at least the lease TTL). */
 export const MIN_IDEMPOTENCY_MS = 10 * 60 * 1000;
@@ -64,6 +68,9 @@ type Epoch = { id: string; floor: FencingToken };
 
 /** How many locks' key names are kept built (see RedisStore.keys). */
 const KEY_NAMES_CACHED = 10_000;
+
+/** A connection whose verification failed is verified again at most this often (ms). */
+const VERIFY_RETRY_MS = 1000;
 
 /** A positive integer number of milliseconds, as a string for ARGV. */
 function ms(name: string, value: number): string {
@@ -77,12 +84,25 @@ class RedisStore implements Store {
   private readonly epochKey: string;
   private readonly sessionsKey: string;
   private closed = false;
+  private readonly resets = new ResetWatch();
+  /**
+   * The server this process verified last (its run_id), and whether the current
+   * connection was verified (verify(): durability and identity, ADR 0019). Every
+   * reconnection clears `verified`: nothing is granted or admitted on a new connection
+   * before it is verified again.
+   */
+  private serverId: string | null = null;
+  private verified = false;
+  private verifying: Promise<void> | null = null;
+  /** Why the last verification failed (the store fails closed meanwhile), and when. */
+  private failure: { error: StoreUnavailableError; at: number } | null = null;
 
   constructor(
     private readonly conn: Connection,
     private readonly redis: FencegateRedis,
     private readonly prefix: string,
-    private readonly durability: Durability,
+    private durability: Durability,
+    private readonly allowVolatile: boolean,
   ) {
     this.watcher = new Watcher(conn);
     this.epochKey = epochKey(prefix);
@@ -90,6 +110,71 @@ class RedisStore implements Store {
     this.fence = new FenceBatcher(redis, this.epochKey, async () =>
       formatToken((await this.currentEpoch()).floor),
     );
+    conn.client.on('close', () => {
+      this.verified = false;
+    });
+  }
+
+  /**
+   * Checks, on a new connection, that it still reaches a durable Redis that holds the
+   * state this process knew (docs/adr/0019-store-identity.md): the durability check
+   * again, then the epoch record tied to the server's run_id (fg_epoch_verify_v1). A
+   * server other than the one that verified the record last starts a new epoch above
+   * the clock (and above every token this process saw, if this process saw the change);
+   * a process that sees it emits a reset. While the check fails the store fails closed.
+   */
+  private ensureVerified(): Promise<void> {
+    if (this.verified) return Promise.resolve();
+    const failed = this.failure;
+    // A failed check is tried again at most once a second; until then the store stays closed.
+    if (failed !== null && performance.now() - failed.at < VERIFY_RETRY_MS)
+      return Promise.reject(failed.error);
+    this.verifying ??= this.verify().finally(() => {
+      this.verifying = null;
+    });
+    return this.verifying;
+  }
+
+  private async verify(): Promise<void> {
+    try {
+      try {
+        this.durability = await checkDurability(this.conn, this.allowVolatile);
+      } catch (err) {
+        if (!(err instanceof RedisDurabilityError)) throw err;
+        throw new StoreUnavailableError(`redis store unavailable: ${err.message}`, { cause: err });
+      }
+      const runId = infoField(await this.redis.info('server'), 'run_id');
+      if (runId === null) throw new Error('INFO server has no run_id');
+      const moved = this.serverId !== null && this.serverId !== runId;
+      const atLeast = moved && this.resets.highest > 0n ? formatToken(this.resets.highest) : '';
+      const reply = await this.redis.fg_epoch_verify_v1(this.epochKey, randomUUID(), runId, atLeast);
+      const { id, floor, outcome } = parseEpochVerify(reply);
+      this.fence.floorChanged();
+      const was = this.serverId;
+      this.serverId = runId;
+      this.verified = true;
+      this.failure = null;
+      const why =
+        outcome === 'created'
+          ? 'the epoch record was missing (the store lost its state)'
+          : outcome === 'bumped'
+            ? `another Redis server answers (run_id ${runId}, was ${was ?? 'unknown to this process'}): its data may be older than what was acknowledged`
+            : 'this process saw tokens above the floor';
+      this.resets.epoch(id, floor, why);
+    } catch (err) {
+      const error = unavailable(this.conn, 'verify', err);
+      this.failure = { error, at: performance.now() };
+      throw error;
+    }
+  }
+
+  /** The first verification (durability, identity), whose findings are only remembered. */
+  async open(): Promise<void> {
+    await this.ensureVerified();
+  }
+
+  onReset(listener: (reset: StoreReset) => void): () => void {
+    return this.resets.onReset(listener);
   }
 
   /** Admissions and finishes, one script call per turn of the event loop (fence-batch.ts). */
@@ -128,9 +213,21 @@ class RedisStore implements Store {
     const [id, floor] = await this.redis.hmget(this.epochKey, 'id', 'floor');
     if (id && floor) {
       const p = parseToken(floor);
-      if (p.ok) return { id, floor: p.token };
+      if (p.ok) {
+        this.resets.epoch(
+          id,
+          p.token,
+          'the epoch changed (bumped, or the store was restored or lost its state)',
+        );
+        return { id, floor: p.token };
+      }
     }
-    return parseEpoch(await this.redis.fg_epoch_init_v1(this.epochKey, randomUUID()), 'fg_epoch_init_v1');
+    const made = parseEpoch(
+      await this.redis.fg_epoch_init_v1(this.epochKey, randomUUID()),
+      'fg_epoch_init_v1',
+    );
+    this.resets.epoch(made.id, made.floor, 'the epoch record was missing (the store lost its state)');
+    return made;
   }
 
   async tryAcquire(req: AcquireRequest): Promise<AcquireResult> {
@@ -140,8 +237,9 @@ class RedisStore implements Store {
     const reqKey = k.req(req.owner, req.requestId ?? '');
     const reqTtl = withReq ? String(Math.max(Number(ttl), MIN_IDEMPOTENCY_MS)) : '';
     const result = await this.run('acquire', async () => {
+      await this.ensureVerified();
       const epoch = await this.currentEpoch();
-      const reply = await this.redis.fg_acquire_v3(
+      const reply = await this.redis.fg_acquire_v4(
         k.ctr,
         k.lease,
         k.waitq,
@@ -159,14 +257,22 @@ class RedisStore implements Store {
       );
       return parseAcquire(reply, req.key);
     });
-    return result === 'exhausted' ? { ok: false, reason: 'exhausted' } : result;
+    if (result === 'exhausted') return { ok: false, reason: 'exhausted' };
+    if (result.ok) this.resets.saw(result.lease.token);
+    return result;
   }
 
   async renew(key: string, leaseId: string, ttlMs: number): Promise<RenewResult> {
     const ttl = ms('ttlMs', ttlMs);
-    return this.run('renew', async () =>
-      parseRenew(await this.redis.fg_renew_v1(this.keys(key).lease, leaseId, ttl), key, leaseId),
-    );
+    return this.run('renew', async () => {
+      await this.ensureVerified();
+      const floor = formatToken((await this.currentEpoch()).floor);
+      return parseRenew(
+        await this.redis.fg_renew_v2(this.keys(key).lease, leaseId, ttl, floor),
+        key,
+        leaseId,
+      );
+    });
   }
 
   async release(key: string, leaseId: string): Promise<ReleaseResult> {
@@ -177,9 +283,13 @@ class RedisStore implements Store {
 
   async inspect(key: string): Promise<LockState | null> {
     const k = this.keys(key);
-    return this.run('inspect', async () =>
-      parseInspect(await this.redis.fg_inspect_v2(k.ctr, k.lease, k.waitq, k.waitdl, k.fence), key),
-    );
+    return this.run('inspect', async () => {
+      const floor = formatToken((await this.currentEpoch()).floor);
+      return parseInspect(
+        await this.redis.fg_inspect_v3(k.ctr, k.lease, k.waitq, k.waitdl, k.fence, floor),
+        key,
+      );
+    });
   }
 
   async enqueueWaiter(key: string, waiterId: string, waitMs: number): Promise<void> {
@@ -263,15 +373,30 @@ class RedisStore implements Store {
    * that could not be re-read fails the admission (fail closed), and its entry is finished.
    */
   admit(req: AdmitRequest): Promise<AdmitResult> {
+    if (!this.verified) {
+      return this.ensureVerified().then(
+        () => this.admit(req),
+        (err: unknown) => {
+          throw unavailable(this.conn, 'admit', err);
+        },
+      );
+    }
     const k = this.keys(req.lock);
     const token = formatToken(req.token);
     // Without the async frames of run() on the path every fenced write takes.
     return this.fence.admit(k, token, req.check, req.requestId, req.session, req.record, bound(req)).then(
-      (first) => (first.current === true ? first.result : this.admitAgain(k, token, req, first)),
+      (first) =>
+        first.current === true ? this.admitted(first.result) : this.admitAgain(k, token, req, first),
       (err: unknown) => {
         throw unavailable(this.conn, 'admit', err);
       },
     );
+  }
+
+  /** An admission's answer, whose highest this process has now seen. */
+  private admitted(result: AdmitResult): AdmitResult {
+    if (result.ok) this.resets.saw(result.highest);
+    return result;
   }
 
   /** The floor changed under the admission's batch (or could not be re-read): undo, and redo or fail. */
@@ -300,7 +425,7 @@ class RedisStore implements Store {
           bound(req),
         ));
       }
-      return result;
+      return this.admitted(result);
     });
   }
 
@@ -317,7 +442,10 @@ class RedisStore implements Store {
   async deliver(lock: string, requestId: string, boundMs: number): Promise<boolean> {
     const k = this.keys(lock);
     const b = String(ms('boundMs', boundMs));
-    return this.run('deliver', async () => (await this.redis.fg_deliver_v1(k.inf, requestId, b)) === '1');
+    return this.run('deliver', async () => {
+      await this.ensureVerified();
+      return (await this.redis.fg_deliver_v1(k.inf, requestId, b)) === '1';
+    });
   }
 
   async lowerInflight(lock: string, token: FencingToken): Promise<InflightState> {
@@ -381,9 +509,15 @@ class RedisStore implements Store {
 
   async bumpEpoch(): Promise<Epoch> {
     this.fence.floorChanged();
-    return this.run('bumpEpoch', async () =>
-      parseEpoch(await this.redis.fg_epoch_bump_v1(this.epochKey, randomUUID()), 'fg_epoch_bump_v1'),
-    );
+    return this.run('bumpEpoch', async () => {
+      await this.ensureVerified();
+      const e = parseEpoch(
+        await this.redis.fg_epoch_bump_v1(this.epochKey, randomUUID()),
+        'fg_epoch_bump_v1',
+      );
+      this.resets.epoch(e.id, e.floor, 'the epoch was bumped');
+      return e;
+    });
   }
 
   async now(): Promise<number> {
@@ -398,6 +532,8 @@ class RedisStore implements Store {
       const [id, floor] = await this.redis.hmget(this.epochKey, 'id', 'floor');
       const p = floor == null ? null : parseToken(floor);
       const epoch = id != null && p !== null && p.ok ? { id, floor: p.token } : null;
+      const failed = this.verified ? null : this.failure;
+      if (failed !== null) return { ok: false, kind: 'redis', detail: failed.error.message, epoch };
       return { ok: true, kind: 'redis', detail: `${this.conn.where}; ${this.durability.detail}`, epoch };
     } catch (err) {
       return { ok: false, kind: 'redis', detail: unavailable(this.conn, 'health', err).message, epoch: null };
@@ -434,11 +570,10 @@ export async function openRedisStore(url: string, opts: StoreOptions = {}): Prom
   });
   await connect(conn);
   try {
-    const durability = await checkDurability(conn, opts.allowVolatileRedis === true);
-    const store = new RedisStore(conn, defineScripts(conn.client), prefix, durability);
-    await store.currentEpoch().catch((err: unknown) => {
-      throw unavailable(conn, 'open', err);
-    });
+    const allowVolatile = opts.allowVolatileRedis === true;
+    const durability = await checkDurability(conn, allowVolatile);
+    const store = new RedisStore(conn, defineScripts(conn.client), prefix, durability, allowVolatile);
+    await store.open();
     return store;
   } catch (err) {
     conn.client.disconnect();

@@ -3,6 +3,7 @@
  * the NOTIFY channel, and the conversions from the text the SQL returns.
  */
 import { MAX_TOKEN, type FencingToken } from '../../tokens.js';
+import type { ResetWatch } from '../reset.js';
 import type { SqlDriver } from './driver.js';
 import type { Queries } from './queries.js';
 
@@ -11,6 +12,14 @@ export interface SqlContext {
   readonly q: Queries;
   /** NOTIFY channel of this schema; payloads are lock keys. */
   readonly channel: string;
+  /**
+   * What this process verified of the store (docs/adr/0019-store-identity.md): the oid of
+   * the locks table, which grants, renewals and admissions check (check_identity); null
+   * until verified.
+   */
+  readonly verified: { oid: string | null };
+  /** Epochs and tokens seen, resets to report (Store.onReset). */
+  readonly resets: ResetWatch;
 }
 
 /** A bigint column read as text (never through a JS number). */

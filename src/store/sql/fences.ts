@@ -14,7 +14,7 @@ import {
   type SessionRecord,
 } from '../types.js';
 import { withRetries } from './driver.js';
-import { bigOrNull, ms, one, tokenParam, type SqlContext } from './context.js';
+import { big, bigOrNull, ms, one, tokenParam, type SqlContext } from './context.js';
 import type {
   DeliverRow,
   FenceBatchRow,
@@ -55,6 +55,7 @@ export async function runFenceBatch(
     admissions.map((a) => (a.record === 'shadow' ? 's' : a.record ? 't' : 'f')),
     admissions.map((a) => String(deliveryBound(a))),
     ctx.channel,
+    ctx.verified.oid,
   ];
   const rows = await withRetries(() =>
     ctx.driver.prepared<FenceBatchRow>(FENCE_BATCH, ctx.q.fence_batch, params),
@@ -62,10 +63,19 @@ export async function runFenceBatch(
   if (rows.length !== admissions.length) {
     throw new Error(`fence_batch returned ${rows.length} verdicts for ${admissions.length} admissions`);
   }
+  const epoch = rows[0];
+  if (epoch !== undefined && epoch.epoch_id !== null && epoch.epoch_floor !== null) {
+    ctx.resets.epoch(
+      epoch.epoch_id,
+      big(epoch.epoch_floor),
+      'the epoch changed (bumped, or the store was restored)',
+    );
+  }
   return rows.map((r) => {
     const highest = bigOrNull(r.highest);
     if (r.verdict !== 'ok') return { ok: false, reason: r.verdict, highest };
     if (highest === null) throw new Error('fence_batch admitted without a highest token');
+    ctx.resets.saw(highest);
     return { ok: true, highest, lowerInflight: r.lower_inflight };
   });
 }

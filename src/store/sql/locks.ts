@@ -33,7 +33,8 @@ function wholeMs(value: number): number {
 function replayed(req: AcquireRequest, c: AcquireContextRow): AcquireResult | null {
   if (c.replay_lease_id === null || c.replay_token === null) return null;
   const expiresAt = msOrNull(c.expires_at);
-  const current = c.lease_id === c.replay_lease_id && expiresAt !== null && expiresAt > ms(c.now);
+  const current =
+    c.lease_id === c.replay_lease_id && expiresAt !== null && expiresAt > ms(c.now) && !superseded(c);
   if (!current || expiresAt === null || c.ttl_ms === null) {
     return { ok: false, reason: 'replay-ended', leaseId: c.replay_lease_id, token: big(c.replay_token) };
   }
@@ -65,7 +66,7 @@ function heldFor(
   const now = ms(c.now);
   const expiresAt = msOrNull(c.expires_at);
   const waits: number[] = [];
-  const live = c.lease_id !== null && expiresAt !== null && expiresAt > now;
+  const live = c.lease_id !== null && expiresAt !== null && expiresAt > now && !superseded(c);
   if (live) waits.push(expiresAt - now);
   // A live waiter ahead of us: the head of the queue, unless that is us.
   const queued = c.head_waiter_id !== null && c.head_waiter_id !== req.waiterId;
@@ -75,6 +76,14 @@ function heldFor(
   }
   if (waits.length === 0) return null;
   return { blockedBy: live ? 'lease' : 'queue', retryAfterMs: Math.max(1, Math.min(...waits)) };
+}
+
+/**
+ * The current lease's token is at or below the global floor: an epoch bump superseded it
+ * (its holder is fenced out), so it is neither live nor replayed.
+ */
+function superseded(c: AcquireContextRow): boolean {
+  return c.token !== null && c.epoch_floor !== null && big(c.token) <= big(c.epoch_floor);
 }
 
 /** The next token would pass 2^63−1 (bigint's maximum): the key can never be granted again. */
@@ -91,7 +100,12 @@ export function tryAcquire(ctx: SqlContext, req: AcquireRequest): Promise<Acquir
   return ctx.driver.transaction(async (tx) => {
     await tx.query(ctx.q.ensure_key, [req.key]);
     const c = one(
-      await tx.query<AcquireContextRow>(ctx.q.acquire_context, [req.key, req.requestId ?? null, req.owner]),
+      await tx.query<AcquireContextRow>(ctx.q.acquire_context, [
+        req.key,
+        req.requestId ?? null,
+        req.owner,
+        ctx.verified.oid,
+      ]),
       'acquire_context',
     );
     const replay = replayed(req, c);
@@ -146,7 +160,7 @@ export async function renew(
   ttlMs: number,
 ): Promise<RenewResult> {
   const ttl = wholeMs(ttlMs);
-  const rows = await ctx.driver.query<RenewRow>(ctx.q.renew, [key, leaseId, ttl]);
+  const rows = await ctx.driver.query<RenewRow>(ctx.q.renew, [key, leaseId, ttl, ctx.verified.oid]);
   const r = rows[0];
   if (r === undefined) return { ok: false, reason: 'lease-lost' };
   return {
@@ -167,7 +181,13 @@ function lockState(r: LockRow): LockState | null {
   if (r.issued === null) return null;
   const now = ms(r.now);
   const expiresAt = msOrNull(r.expires_at);
-  const held = r.lease_id !== null && r.token !== null && expiresAt !== null && expiresAt > now;
+  // A lease whose token an epoch bump put at or below the floor is not held (superseded).
+  const held =
+    r.lease_id !== null &&
+    r.token !== null &&
+    expiresAt !== null &&
+    expiresAt > now &&
+    big(r.token) > big(r.epoch_floor);
   const issued = big(r.issued);
   return {
     key: r.key,

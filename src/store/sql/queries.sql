@@ -25,7 +25,7 @@ ON CONFLICT (key) DO UPDATE SET floor = l.floor WHERE false;
 
 -- name: acquire_context
 -- Read after the row is locked, so now is taken after any wait for the lock.
--- $1 key, $2 request id (NULL: none), $3 owner
+-- $1 key, $2 request id (NULL: none), $3 owner, $4 the locks table verified (check_identity)
 SELECT n.now::text         AS now,
        e.floor::text       AS epoch_floor,
        l.floor::text       AS key_floor,
@@ -42,7 +42,7 @@ SELECT n.now::text         AS now,
        g.took_over         AS replay_took_over,
        h.waiter_id         AS head_waiter_id,
        h.deadline::text    AS head_deadline
-  FROM (SELECT {schema}.now_ms() AS now) n
+  FROM (SELECT {schema}.now_ms() AS now WHERE {schema}.check_identity($4::oid)) n
   JOIN {schema}.locks l ON l.key = $1::text
   LEFT JOIN {schema}.epoch e ON true
   LEFT JOIN {schema}.grants g
@@ -114,13 +114,16 @@ SELECT m.token::text AS token, m.expires_at::text AS expires_at
 
 -- name: renew
 -- Only the current lease, and only while it is live by the store clock: a lapsed
--- lease is never resurrected. One statement: the row lock is implicit, and
--- now_ms() is evaluated again if the statement had to wait for it.
--- $1 key, $2 lease id, $3 ttl ms
+-- lease is never resurrected, nor one whose token an epoch bump put at or below the
+-- floor. One statement: the row lock is implicit, and now_ms() is evaluated again if the
+-- statement had to wait for it.
+-- $1 key, $2 lease id, $3 ttl ms, $4 the locks table verified (check_identity)
 UPDATE {schema}.locks
    SET expires_at = {schema}.now_ms() + $3::bigint,
        ttl_ms     = $3::bigint
  WHERE key = $1::text AND lease_id = $2::text AND expires_at > {schema}.now_ms()
+   AND token > coalesce((SELECT e.floor FROM {schema}.epoch e), 0)
+   AND {schema}.check_identity($4::oid)
 RETURNING owner, token::text AS token, expires_at::text AS expires_at;
 
 -- name: release
@@ -145,7 +148,8 @@ SELECT n.now::text        AS now,
        l.owner,
        l.token::text      AS token,
        l.expires_at::text AS expires_at,
-       (SELECT count(*) FROM {schema}.waiters w WHERE w.key = l.key AND w.deadline > n.now)::int AS waiters
+       (SELECT count(*) FROM {schema}.waiters w WHERE w.key = l.key AND w.deadline > n.now)::int AS waiters,
+       coalesce((SELECT e.floor FROM {schema}.epoch e), 0)::text AS epoch_floor
   FROM (SELECT {schema}.now_ms() AS now) n
   JOIN {schema}.locks l ON l.key = $1::text;
 
@@ -168,7 +172,8 @@ SELECT n.now::text        AS now,
        l.owner,
        l.token::text      AS token,
        l.expires_at::text AS expires_at,
-       (SELECT count(*) FROM {schema}.waiters w WHERE w.key = l.key AND w.deadline > n.now)::int AS waiters
+       (SELECT count(*) FROM {schema}.waiters w WHERE w.key = l.key AND w.deadline > n.now)::int AS waiters,
+       coalesce((SELECT e.floor FROM {schema}.epoch e), 0)::text AS epoch_floor
   FROM keys k
   JOIN {schema}.locks l ON l.key = k.key
  CROSS JOIN n
@@ -210,11 +215,11 @@ SELECT count(*)::int AS notified FROM (SELECT pg_notify($3::text, $1::text)) x;
 -- Finishes, then admissions judged in array order, in one statement (schema.sql:
 -- fence_batch_v2). $1 finished locks, $2 their request ids; per admission: $3 lock,
 -- $4 token, $5 lease check, $6 request id, $7 session id, $8 record ('t' | 's' | 'f'),
--- $9 delivery bound ms; $10 channel
+-- $9 delivery bound ms; $10 channel; $11 the locks table verified (check_identity)
 -- → one row per admission, in order: verdict ok | stale | forged | lease-expired.
-SELECT ord, verdict, highest, lower_inflight
+SELECT ord, verdict, highest, lower_inflight, epoch_id, epoch_floor
   FROM {schema}.fence_batch_v2($1::text[], $2::text[], $3::text[], $4::bigint[], $5::boolean[],
-                               $6::text[], $7::text[], $8::text[], $9::bigint[], $10::text);
+                               $6::text[], $7::text[], $8::text[], $9::bigint[], $10::text, $11::oid);
 
 -- name: deliver
 -- Marks an in-flight entry as delivering with its bound, before its write is sent.
@@ -287,6 +292,22 @@ WITH ended AS (
 SELECT (SELECT count(*) FROM ended)::int AS ended,
        (SELECT count(*) FROM (SELECT pg_notify($3::text, d.lock)
                                 FROM (SELECT DISTINCT lock FROM dropped) d) x)::int AS notified;
+
+-- name: identity
+-- What identifies the store now, and the epoch with the identity that verified it last
+-- (locked: one process at a time decides). '<system identifier>:<timeline>:<locks oid>'.
+SELECT (SELECT system_identifier FROM pg_control_system())::text || ':' ||
+       (SELECT timeline_id FROM pg_control_checkpoint())::text || ':' ||
+       to_regclass('{schema}.locks')::oid::text AS current,
+       e.id, e.floor::text AS floor, e.identity AS recorded,
+       {schema}.now_ms()::text AS now
+  FROM {schema}.epoch e
+   FOR UPDATE OF e;
+
+-- name: epoch_set
+-- Sets the epoch after a verification. $1 id, $2 floor, $3 identity
+UPDATE {schema}.epoch SET id = $1::text, floor = $2::bigint, identity = $3::text,
+       started_at = CASE WHEN id = $1::text THEN started_at ELSE {schema}.now_ms() END;
 
 -- name: bump_epoch
 -- New epoch id; floor raised to the store clock × 1000, never lowered. $1 new id

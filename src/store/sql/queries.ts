@@ -27,6 +27,8 @@ const QUERY_NAMES = [
   'session_beat',
   'session_read',
   'session_end',
+  'identity',
+  'epoch_set',
   'bump_epoch',
   'health',
   'durability',
@@ -99,6 +101,7 @@ export interface LockRow {
   token: string | null;
   expires_at: string | null;
   waiters: number;
+  epoch_floor: string;
 }
 
 export interface AcquireContextRow {
@@ -137,6 +140,16 @@ export interface FenceBatchRow {
   verdict: 'ok' | 'stale' | 'forged' | 'lease-expired';
   highest: string | null;
   lower_inflight: number;
+  epoch_id: string | null;
+  epoch_floor: string | null;
+}
+
+export interface IdentityRow {
+  current: string;
+  id: string;
+  floor: string;
+  recorded: string | null;
+  now: string;
 }
 
 export interface LowerInflightRow {

@@ -39,6 +39,11 @@ CREATE TABLE IF NOT EXISTS {schema}.epoch (
 INSERT INTO {schema}.epoch (id, floor, started_at)
 VALUES (gen_random_uuid()::text, {schema}.now_ms() * 1000, {schema}.now_ms())
 ON CONFLICT (singleton) DO NOTHING;
+-- The store identity that last verified the epoch (docs/adr/0019-store-identity.md):
+-- '<system identifier>:<timeline>:<oid of the locks table>'. A restore (new tables), a
+-- point-in-time recovery or a promoted replica (a new timeline) or another cluster shows
+-- another identity, and the epoch is bumped before anything is granted or admitted.
+ALTER TABLE {schema}.epoch ADD COLUMN IF NOT EXISTS identity text;
 
 -- One row per lock key: its token counter, its current lease and the gateway's fence.
 -- Every operation on a key locks this row first, so they are serialised per key.
@@ -137,6 +142,21 @@ CREATE TABLE IF NOT EXISTS {schema}.grant_owners (
   PRIMARY KEY (key, token)
 );
 
+-- Raises SQLSTATE FGRST unless the locks table is the one the calling process verified
+-- (`expected`, its oid; NULL: not checked): a restore that recreated the tables under a
+-- running process stops its grants and admissions until it verified the store again.
+CREATE OR REPLACE FUNCTION {schema}.check_identity(expected oid) RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $fn$
+BEGIN
+  IF expected IS NOT NULL AND to_regclass('{schema}.locks')::oid IS DISTINCT FROM expected THEN
+    RAISE EXCEPTION 'fencegate: the store''s tables are not the ones this process verified (restored?)'
+      USING ERRCODE = 'FGRST';
+  END IF;
+  RETURN true;
+END
+$fn$;
+
 -- A gateway's fence operations on a batch, in one statement (one transaction, one
 -- commit): first `finish` for each (fin_locks[i], fin_ids[i]), then the admissions
 -- (a_* arrays, one element per admission), judged exactly as if run one after
@@ -166,14 +186,16 @@ CREATE TABLE IF NOT EXISTS {schema}.grant_owners (
 -- the enforced ones recorded before i in this batch; shadow admissions count none. An
 -- enforced admission's entry carries a_bounds[i] when its lower_inflight is 0 (the write
 -- leaves at once), else 0. Returns one row per admission, in array order: (ord, verdict,
--- highest, lower_inflight), highest as text.
+-- highest, lower_inflight, epoch_id, epoch_floor), highest as text, epoch_id and
+-- epoch_floor the global epoch's.
+-- `expected`: the locks table the caller verified (check_identity), checked first.
 -- Versioned name: a change of meaning is a new function, so gateways of two versions
 -- sharing a store each call their own.
 CREATE OR REPLACE FUNCTION {schema}.fence_batch_v2(
   fin_locks text[], fin_ids text[],
   a_locks text[], a_tokens bigint[], a_lease boolean[], a_ids text[], a_sessions text[],
-  a_record text[], a_bounds bigint[], channel text)
-RETURNS TABLE (ord int, verdict text, highest text, lower_inflight int)
+  a_record text[], a_bounds bigint[], channel text, expected oid)
+RETURNS TABLE (ord int, verdict text, highest text, lower_inflight int, epoch_id text, epoch_floor text)
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
 AS $fn$
@@ -181,6 +203,7 @@ AS $fn$
 DECLARE
   locked text[];
 BEGIN
+  PERFORM {schema}.check_identity(expected);
   IF cardinality(fin_locks) > 0 THEN
     DELETE FROM {schema}.inflight f
      USING unnest(fin_locks, fin_ids) AS d(lock, request_id)
@@ -201,7 +224,8 @@ BEGIN
   RETURN QUERY
   WITH n AS (
     SELECT {schema}.now_ms() AS now,
-           coalesce((SELECT e.floor FROM {schema}.epoch e), 0) AS epoch_floor
+           coalesce((SELECT e.floor FROM {schema}.epoch e), 0) AS epoch_floor,
+           (SELECT e.id FROM {schema}.epoch e) AS epoch_id
   ), req AS (
     SELECT u.ord::int AS ord, u.lock, u.token, u.lease, u.request_id, u.session_id, u.rec, u.bound
       FROM unnest(a_locks, a_tokens, a_lease, a_ids, a_sessions, a_record, a_bounds)
@@ -290,8 +314,10 @@ BEGIN
   SELECT c.ord,
          c.verdict,
          (CASE WHEN c.verdict = 'ok' THEN greatest(c.h, c.token) ELSE c.h END)::text,
-         c.lower
-    FROM counted c
+         c.lower,
+         n.epoch_id,
+         n.epoch_floor::text
+    FROM counted c CROSS JOIN n
    ORDER BY c.ord;
 END
 $fn$;

@@ -22,14 +22,18 @@ import type {
   Store,
   StoreHealth,
   StoreKind,
+  StoreReset,
 } from '../types.js';
-import { big, ms, one, type SqlContext } from './context.js';
+import { big, maxBig, ms, one, type SqlContext } from './context.js';
+import { StoreUnavailableError } from '../../errors.js';
 import { FenceBatcher, type BatcherOptions } from './batcher.js';
 import { channelFor, type SqlDriver } from './driver.js';
 import * as fences from './fences.js';
 import * as locks from './locks.js';
 import { KeyNotifier } from './notifier.js';
-import { queriesFor, type EpochRow, type HealthRow, type PruneRow } from './queries.js';
+import { queriesFor, type EpochRow, type HealthRow, type IdentityRow, type PruneRow } from './queries.js';
+import { errorCode } from './driver.js';
+import { ResetWatch } from '../reset.js';
 
 /**
  * Housekeeping (expired idempotency records, waiters, in-flight entries) starts at most
@@ -38,6 +42,10 @@ import { queriesFor, type EpochRow, type HealthRow, type PruneRow } from './quer
  * deletes two expired idempotency records itself: see queries.sql, grant.)
  */
 const PRUNE_EVERY_MS = 10_000;
+/** The SQLSTATE check_identity raises (schema.sql): the tables are not the ones verified. */
+const IDENTITY_CHANGED = 'FGRST';
+/** Gateway session beats verify the store's identity again at most this often (ms). */
+const VERIFY_EVERY_MS = 5_000;
 const PRUNE_BATCH = 1000;
 /** A round stops after this many full batches and goes on at the next round. */
 const PRUNE_MAX_BATCHES = 500;
@@ -57,6 +65,9 @@ export class SqlStore implements Store {
   private readonly batcher: FenceBatcher;
   private readonly detail: string;
   private pruning: Promise<void> | null = null;
+  private verifying: Promise<void> | null = null;
+  /** performance.now() of the last verification (beats verify again after VERIFY_EVERY_MS). */
+  private lastVerify = -Infinity;
   // Housekeeping timer only: never used to judge a lease.
   private lastPrune = 0;
   private closing: Promise<void> | null = null;
@@ -64,7 +75,13 @@ export class SqlStore implements Store {
   constructor(driver: SqlDriver, opts: SqlStoreOptions) {
     this.kind = driver.kind;
     const channel = channelFor(opts.namespace);
-    this.ctx = { driver, q: queriesFor(opts.namespace), channel };
+    this.ctx = {
+      driver,
+      q: queriesFor(opts.namespace),
+      channel,
+      verified: { oid: null },
+      resets: new ResetWatch(),
+    };
     this.notifier = new KeyNotifier(driver, channel);
     const ctx = this.ctx;
     this.batcher = new FenceBatcher(
@@ -84,16 +101,84 @@ export class SqlStore implements Store {
     await fences.runFenceBatch(this.ctx, [], [probe]);
   }
 
+  // ---- identity (docs/adr/0019-store-identity.md) ----
+
+  /**
+   * Verifies that the store is the one whose state this process knew, and ties the epoch
+   * to it: the identity now ('<system identifier>:<timeline>:<locks table oid>') against
+   * the one that verified the epoch last. Another one (a restore that recreated the
+   * tables, a point-in-time recovery or a promoted replica, another cluster) may hold
+   * older state than was acknowledged: a new epoch above the store clock (and above
+   * every token this process saw, when this process saw the change) starts before
+   * anything is granted or admitted. Run at open, when a statement finds the tables
+   * changed under it (SQLSTATE FGRST), and on the gateway session's beats.
+   */
+  verify(): Promise<void> {
+    this.verifying ??= this.runVerify().finally(() => {
+      this.verifying = null;
+      this.lastVerify = performance.now();
+    });
+    return this.verifying;
+  }
+
+  private async runVerify(): Promise<void> {
+    const { ctx } = this;
+    const saw = ctx.verified.oid !== null;
+    const result = await ctx.driver.transaction(async (tx) => {
+      const r = (await tx.query<IdentityRow>(ctx.q.identity))[0];
+      if (r === undefined)
+        throw new StoreUnavailableError(`${ctx.driver.where}: the epoch record is missing`);
+      const oid = r.current.slice(r.current.lastIndexOf(':') + 1);
+      const moved = saw && ctx.verified.oid !== oid;
+      const atLeast = moved ? ctx.resets.highest : 0n;
+      let floor = big(r.floor);
+      let id = r.id;
+      let why: string | null = null;
+      if (r.recorded !== null && r.recorded !== r.current) {
+        floor = maxBig(maxBig(floor, big(r.now) * 1000n), atLeast);
+        why = `the store is not the one that verified the epoch last (${r.recorded} → ${r.current}): restored, recovered or failed over`;
+      } else if (atLeast > floor) {
+        floor = atLeast;
+        why = 'this process saw tokens above the floor before the store changed';
+      }
+      if (why !== null) id = randomUUID();
+      if (why !== null || r.recorded === null)
+        await tx.query(ctx.q.epoch_set, [id, floor.toString(), r.current]);
+      return { id, floor, oid, why };
+    });
+    ctx.verified.oid = result.oid;
+    ctx.resets.epoch(result.id, result.floor, result.why ?? 'the epoch changed');
+  }
+
+  onReset(listener: (reset: StoreReset) => void): () => void {
+    return this.ctx.resets.onReset(listener);
+  }
+
+  /** Runs `op`; when the store's tables changed under it (FGRST), verifies the store and runs it once more. */
+  private async verified<T>(op: () => Promise<T>): Promise<T> {
+    try {
+      return await op();
+    } catch (err) {
+      const cause = err instanceof StoreUnavailableError ? err.cause : err;
+      if (errorCode(cause) !== IDENTITY_CHANGED) throw err;
+      await this.verify();
+      return op();
+    }
+  }
+
   // ---- locks ----
 
   async tryAcquire(req: AcquireRequest): Promise<AcquireResult> {
-    const result = await locks.tryAcquire(this.ctx, req);
+    const result = await this.verified(() => locks.tryAcquire(this.ctx, req));
+    if (result.ok) this.ctx.resets.saw(result.lease.token);
     this.housekeep();
     return result;
   }
 
-  renew(key: string, leaseId: string, ttlMs: number): Promise<RenewResult> {
-    return locks.renew(this.ctx, key, leaseId, ttlMs);
+  async renew(key: string, leaseId: string, ttlMs: number): Promise<RenewResult> {
+    const result = await this.verified(() => locks.renew(this.ctx, key, leaseId, ttlMs));
+    if (result.ok) this.ctx.resets.saw(result.lease.token);
+    return result;
   }
 
   release(key: string, leaseId: string): Promise<ReleaseResult> {
@@ -123,7 +208,7 @@ export class SqlStore implements Store {
   // ---- fences ----
 
   async admit(req: AdmitRequest): Promise<AdmitResult> {
-    const result = await this.batcher.admit(req);
+    const result = await this.verified(() => this.batcher.admit(req));
     if (req.record) this.housekeep();
     return result;
   }
@@ -148,8 +233,11 @@ export class SqlStore implements Store {
     return fences.openSession(this.ctx, id, ttlMs);
   }
 
-  beatSession(id: string): Promise<BeatResult> {
-    return fences.beatSession(this.ctx, id);
+  async beatSession(id: string): Promise<BeatResult> {
+    const beat = await fences.beatSession(this.ctx, id);
+    // A failover or point-in-time recovery keeps the tables: seen here, within a few beats.
+    if (performance.now() - this.lastVerify >= VERIFY_EVERY_MS) await this.verify();
+    return beat;
   }
 
   readSessions(ids: readonly string[] | null): Promise<Map<string, SessionRecord>> {
@@ -170,6 +258,7 @@ export class SqlStore implements Store {
 
   async bumpEpoch(): Promise<{ id: string; floor: FencingToken }> {
     const r = one(await this.ctx.driver.query<EpochRow>(this.ctx.q.bump_epoch, [randomUUID()]), 'bump_epoch');
+    this.ctx.resets.epoch(r.id, big(r.floor), 'the epoch was bumped');
     return { id: r.id, floor: big(r.floor) };
   }
 

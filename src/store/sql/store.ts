@@ -54,6 +54,12 @@ export async function openPostgresStore(url: string, opts: StoreOptions = {}): P
     detail: await durabilityNote(driver, namespace),
     batching: POSTGRES_BATCHING,
   });
+  try {
+    await store.verify();
+  } catch (err) {
+    await store.close().catch(() => undefined);
+    throw openFailure(err, `the Postgres store (schema "${namespace}")`);
+  }
   await store.warm().catch(() => undefined); // an optimisation: a failure shows at the first write
   return store;
 }

@@ -1,6 +1,7 @@
--- fg_acquire_v3: grants the lock when it is free and this attempt may take it (FIFO
+-- fg_acquire_v4: grants the lock when it is free and this attempt may take it (FIFO
 -- queue), or replays the grant an earlier attempt with the same (requestId, owner) got,
--- as long as that grant is still the current, live lease. A grant publishes on the
+-- as long as that grant is still the current, live lease. A lease whose token is at or
+-- below the global floor was superseded by an epoch bump: it is neither live nor replayed. A grant publishes on the
 -- lock's channel, so the waiters behind re-read the new lease's expiry at once.
 --
 -- KEYS[1] ctr     hash    issued (token string), floor (key floor, token string),
@@ -37,6 +38,11 @@ local LEASE_KEEP_MS = 600000
 
 local now = fg_now()
 
+-- A lease whose token an epoch bump put at or below the floor: its holder is fenced out.
+local function superseded(token)
+  return token and fg_cmp(token, globalFloor) <= 0
+end
+
 -- 1. Idempotent replay: the lease first granted for this (requestId, owner), only while
 -- it is still the current live lease (reported as renewed since). A lease that ended is
 -- never handed out again as if it were live.
@@ -44,10 +50,10 @@ if reqTtlMs ~= '' then
   local rec = redis.call('GET', reqKey)
   if rec then
     local recLease, recToken = string.match(rec, '^(%S+) (%S+)$')
-    if not recLease then return redis.error_reply('fg_acquire_v3: malformed idempotency record') end
+    if not recLease then return redis.error_reply('fg_acquire_v4: malformed idempotency record') end
     local cur = redis.call('HMGET', leaseKey, 'leaseId', 'owner', 'token', 'expiresAt', 'ttlMs')
     local curExp = tonumber(cur[4])
-    if cur[1] == recLease and curExp and curExp > now then
+    if cur[1] == recLease and curExp and curExp > now and not superseded(cur[3]) then
       return { 'ok', cur[1], cur[2], cur[3], cur[4], cur[5], '1', '0', '', '' }
     end
     return { 'ended', recLease, recToken }
@@ -68,7 +74,7 @@ end
 
 local lease = redis.call('HMGET', leaseKey, 'leaseId', 'expiresAt', 'owner', 'token')
 local leaseExp = tonumber(lease[2])
-local live = lease[1] and leaseExp and leaseExp > now
+local live = lease[1] and leaseExp and leaseExp > now and not superseded(lease[4])
 
 if live or (#waiters > 0 and not isHead) then
   local wake = nil
