@@ -194,7 +194,7 @@ export class LmdbStore implements Store {
   private assertOpen(): void {
     if (this.closing) throw new StoreUnavailableError(`embedded store ${this.root}: store is closed`);
     if (this.replaced !== null) throw this.replaced;
-    let now = '';
+    let now: string;
     try {
       now = fileIdentity(this.dataFile);
     } catch {
