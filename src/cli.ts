@@ -22,7 +22,8 @@ Usage:
   fencegate serve [options]      run the issuer, gateway and control API
   fencegate check PATH...        validate policy files or directories; exit 1 on errors
   fencegate init [DIR]           write commented example policies to DIR/policies (default .); never overwrites
-  fencegate epoch bump --store S [--store-ca FILE]   start a new token epoch (after restoring a store backup)
+  fencegate epoch bump --store S [--force]   start a new token epoch, after restoring a store backup
+                                 (every fencegate process stopped first; docs/operations.md, "Backup and restore")
   fencegate keys init|add|promote|prune FILE   make or rotate a sequencer key file (docs/security.md)
   fencegate auth hash            make a new API key: prints the key once, then the hash for the auth file
   fencegate auth hash -          read a key from stdin and print its hash (docs/security.md)
@@ -78,9 +79,10 @@ SIGHUP reloads the policies, the sequencer key file, the auth file and the TLS f
 Without --auth, serve refuses a non-loopback --control unless --insecure is given.
 `;
 
-function fail(message: string): number {
+/** Prints `message` on stderr; a usage error exits 2, a refusal or failure 1. */
+function fail(message: string, code = 2): number {
   process.stderr.write(`fencegate: ${message}\n`);
-  return 2;
+  return code;
 }
 
 export async function main(argv: string[]): Promise<number> {
@@ -347,6 +349,16 @@ async function init(args: string[]): Promise<number> {
   return result.ok ? 0 : 1;
 }
 
+/** The procedure `epoch bump` is one step of, printed with its outcome. */
+const RESTORE_PROCEDURE = `Restoring a fencegate store from a backup (docs/operations.md, "Backup and restore"):
+  1. stop every fencegate process that uses the store (every gateway, every worker)
+  2. restore the backup (the directory, the database schema, the Redis data)
+  3. fencegate epoch bump --store STORE      (this command)
+  4. start the fencegate processes again
+Every token issued before the bump is refused from now on, and every lease granted
+before it ends: its holder is told lease-lost at its next renewal and acquires again.
+`;
+
 async function epoch(args: string[]): Promise<number> {
   const { values, positionals } = parseArgs({
     args,
@@ -357,30 +369,73 @@ async function epoch(args: string[]): Promise<number> {
       'store-namespace': { type: 'string' },
       'store-ca': { type: 'string' },
       'allow-volatile-redis': { type: 'boolean' },
+      force: { type: 'boolean' },
     },
   });
   if (positionals[0] !== 'bump' || positionals.length !== 1)
-    return fail('usage: fencegate epoch bump --store STORE');
+    return fail('usage: fencegate epoch bump --store STORE [--force]');
+  // The store is named, never defaulted: a bump acts on one existing store (a typo must not
+  // create another and report success).
+  if (values.store === undefined || values.store === '')
+    return fail('epoch bump: --store is required (the store you restored)');
   const config = resolveConfig({
     env: process.env,
     flags: {
-      ...(values.store ? { store: values.store } : {}),
+      store: values.store,
       ...(values['store-namespace'] ? { storeNamespace: values['store-namespace'] } : {}),
       ...(values['store-ca'] ? { storeCa: values['store-ca'] } : {}),
     },
   });
-  const { openStore } = await import('./store/index.js');
+  const { openStore, redactStoreSpec } = await import('./store/index.js');
   const { readCertificates } = await import('./http/tls.js');
-  const store = await openStore(config.store, {
+  const where = redactStoreSpec(config.store);
+  const options = {
+    mustExist: true,
     allowVolatileRedis: values['allow-volatile-redis'] ?? config.allowVolatileRedis,
     ...(config.storeNamespace ? { namespace: config.storeNamespace } : {}),
     ...(config.storeCa === null ? {} : { tlsCa: readCertificates(config.storeCa, 'store CA') }),
-  });
+  };
+  let store;
   try {
+    store = await openStore(config.store, options);
+  } catch (err) {
+    return fail(`epoch bump: ${err instanceof Error ? err.message : String(err)}`, 1);
+  }
+  try {
+    if (values.force !== true) {
+      const live = await liveGatewaySessions(store);
+      if (live > 0) {
+        process.stderr.write(RESTORE_PROCEDURE);
+        return fail(
+          `epoch bump: ${live} gateway session(s) are beating on ${where}: fencegate ` +
+            'processes still use this store. Stop them first (step 1), or pass --force to bump under them ' +
+            '(their fenced writes then wait out their lock-delay, and every live lease ends)',
+          1,
+        );
+      }
+    }
     const e = await store.bumpEpoch();
-    process.stdout.write(`new epoch ${e.id}: every token from now on is above ${e.floor.toString()}\n`);
+    process.stdout.write(
+      `new epoch ${e.id} on ${where}: every token from now on is above ${e.floor.toString()}\n\n`,
+    );
+    process.stdout.write(RESTORE_PROCEDURE);
     return 0;
   } finally {
     await store.close();
   }
+}
+
+/**
+ * Gateway sessions of the store that beat while we watch (a process that uses it): read
+ * twice, a third of the longest session TTL apart (sessions beat every sixth of theirs).
+ */
+async function liveGatewaySessions(store: import('./store/types.js').Store): Promise<number> {
+  const first = await store.readSessions(null);
+  if (first.size === 0) return 0;
+  const wait = Math.min(10_000, Math.max(...[...first.values()].map((s) => s.ttlMs)) / 3);
+  await new Promise((r) => setTimeout(r, wait));
+  const second = await store.readSessions([...first.keys()]);
+  let live = 0;
+  for (const [id, s] of second) if (first.get(id)?.beat !== s.beat) live += 1;
+  return live;
 }

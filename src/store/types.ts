@@ -362,6 +362,12 @@ export interface StoreOptions {
   allowVolatileRedis?: boolean;
   /** rediss://: the CA certificates (PEM) the server's certificate must chain to (--store-ca). */
   tlsCa?: readonly string[];
+  /**
+   * Refuse to open a store (a directory, a schema, a key prefix) that fencegate never
+   * initialised, instead of creating it: for commands that act on an existing store
+   * (`fencegate epoch bump`), where a typo must not create a new one and report success.
+   */
+  mustExist?: boolean;
 }
 
 /**

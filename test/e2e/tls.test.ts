@@ -4,6 +4,8 @@
  * opened before keeps working, and a bad certificate at start as one line naming it.
  */
 import { copyFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { openRedisStore } from '../../src/store/redis/store.js';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dropRedisPrefix, randomNamespace, waitFor } from '../helpers/e2e.js';
@@ -174,6 +176,12 @@ describe('fencegate epoch bump on rediss:// with --store-ca', () => {
   });
 
   it('connects with the CA; without it, one line naming the certificate problem', async () => {
+    // A bump acts on a store fencegate made: one is opened there first.
+    const made = await openRedisStore(url, {
+      tlsCa: [await readFile(certs.ca.cert, 'utf8')],
+      allowVolatileRedis: true,
+    });
+    await made.close();
     const ok = await runCli([
       'epoch',
       'bump',

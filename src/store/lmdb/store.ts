@@ -102,6 +102,9 @@ export class LmdbStore implements Store {
     const root = resolve(dir);
     const what = `cannot open the embedded store in ${root}`;
     if (existsSync(join(root, PGLITE_DATA_DIR))) throw legacyRefusal(root);
+    if (opts.mustExist === true && !existsSync(join(root, DATA_FILE))) {
+      throw new StoreUnavailableError(`${what}: there is no embedded store there (no ${DATA_FILE})`);
+    }
     let t: Tables;
     try {
       mkdirSync(root, { recursive: true });
@@ -111,7 +114,7 @@ export class LmdbStore implements Store {
     }
     const store = new LmdbStore(t, root, namespace);
     try {
-      await store.init();
+      await store.init(opts.mustExist === true);
       store.mesh = await WakeMesh.start(root, store.peerRegistry(), (key) => store.dispatch(key));
     } catch (err) {
       await store.close().catch(() => undefined);
@@ -127,10 +130,11 @@ export class LmdbStore implements Store {
    * may hold older state than was acknowledged, so a new epoch starts above the store clock
    * before anything is granted or admitted.
    */
-  private async init(): Promise<void> {
+  private async init(mustExist: boolean): Promise<void> {
     this.identity = fileIdentity(this.dataFile);
     const found = await this.t.root.transaction(() => {
       let format = this.t.meta.get('format') as string | undefined;
+      if (format === undefined && mustExist) return null;
       if (format === undefined || UPGRADABLE_FORMATS.includes(format)) {
         this.t.meta.put('format', FORMAT_VERSION);
         format = FORMAT_VERSION;
@@ -152,6 +156,11 @@ export class LmdbStore implements Store {
       if (recorded !== this.identity) this.t.meta.put('identity', this.identity);
       return format;
     });
+    if (found === null) {
+      throw new StoreUnavailableError(
+        `embedded store ${this.root} has no namespace "${this.namespace}" (never used by fencegate)`,
+      );
+    }
     if (found !== FORMAT_VERSION) {
       throw new StoreUnavailableError(
         `embedded store ${this.root} (namespace "${this.namespace}") has format ${found}, this fencegate reads ${FORMAT_VERSION}`,

@@ -529,11 +529,11 @@ class RedisStore implements Store {
 
   async health(): Promise<StoreHealth> {
     try {
+      // Not ready on a connection that is not verified (a reconnection is verified here too).
+      await this.ensureVerified();
       const [id, floor] = await this.redis.hmget(this.epochKey, 'id', 'floor');
       const p = floor == null ? null : parseToken(floor);
       const epoch = id != null && p !== null && p.ok ? { id, floor: p.token } : null;
-      const failed = this.verified ? null : this.failure;
-      if (failed !== null) return { ok: false, kind: 'redis', detail: failed.error.message, epoch };
       return { ok: true, kind: 'redis', detail: `${this.conn.where}; ${this.durability.detail}`, epoch };
     } catch (err) {
       return { ok: false, kind: 'redis', detail: unavailable(this.conn, 'health', err).message, epoch: null };
@@ -573,6 +573,11 @@ export async function openRedisStore(url: string, opts: StoreOptions = {}): Prom
     const allowVolatile = opts.allowVolatileRedis === true;
     const durability = await checkDurability(conn, allowVolatile);
     const store = new RedisStore(conn, defineScripts(conn.client), prefix, durability, allowVolatile);
+    if (opts.mustExist === true && (await conn.client.exists(epochKey(prefix))) === 0) {
+      throw new StoreUnavailableError(
+        `redis at ${conn.where} holds no fencegate store with prefix "${prefix}"`,
+      );
+    }
     await store.open();
     return store;
   } catch (err) {

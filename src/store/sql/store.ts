@@ -6,7 +6,7 @@
  */
 import { StoreUnavailableError } from '../../errors.js';
 import type { Store, StoreOptions } from '../types.js';
-import { checkNamespace, type SqlDriver } from './driver.js';
+import { checkNamespace, quoteIdent, type SqlDriver } from './driver.js';
 import { PgDriver } from './pg-driver.js';
 import { queriesFor, schemaSql, SCHEMA_VERSION, type DurabilityRow } from './queries.js';
 import { SqlStore } from './sql-store.js';
@@ -20,10 +20,18 @@ export const DEFAULT_NAMESPACE = 'fencegate';
 const POSTGRES_BATCHING = { parallel: 2, maxBatch: 256 };
 
 /** Creates or checks the schema in one transaction, serialised across processes by an advisory lock. */
-async function initSchema(driver: SqlDriver, namespace: string): Promise<void> {
+async function initSchema(driver: SqlDriver, namespace: string, mustExist: boolean): Promise<void> {
   const q = queriesFor(namespace);
   await driver.transaction(async (tx) => {
     await tx.query(q.init_lock, [namespace]);
+    if (mustExist) {
+      const found = await tx.query<{ meta: string | null }>('SELECT to_regclass($1)::text AS meta', [
+        `${quoteIdent(namespace)}.meta`,
+      ]);
+      if (found[0]?.meta == null) {
+        throw new StoreUnavailableError(`${driver.where}: there is no fencegate schema "${namespace}"`);
+      }
+    }
     await tx.exec(schemaSql(namespace));
     const rows = await tx.query<{ value: string }>(q.schema_version);
     const version = rows[0]?.value;
@@ -44,7 +52,7 @@ export async function openPostgresStore(url: string, opts: StoreOptions = {}): P
   const namespace = checkNamespace(opts.namespace ?? DEFAULT_NAMESPACE);
   const driver = new PgDriver(url);
   try {
-    await initSchema(driver, namespace);
+    await initSchema(driver, namespace, opts.mustExist === true);
   } catch (err) {
     await driver.close().catch(() => undefined);
     throw openFailure(err, `the Postgres store (schema "${namespace}")`);
