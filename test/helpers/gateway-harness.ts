@@ -25,8 +25,9 @@ export interface UpstreamHit {
   url: string;
   headers: IncomingMessage['headers'];
   rawHeaders: string[];
-  /** Body bytes received (counted, not kept). */
+  /** Body bytes received (counted; kept in `body` only when the upstream keeps bodies). */
   bytes: number;
+  body?: Buffer;
   receivedAt: number;
   answeredAt: number | null;
 }
@@ -52,7 +53,10 @@ export const echo: UpstreamHandler = (_req, res, hit) => {
     .end(text);
 };
 
-export async function startUpstream(handler: UpstreamHandler = echo): Promise<TestUpstream> {
+export async function startUpstream(
+  handler: UpstreamHandler = echo,
+  opts: { keepBodies?: boolean } = {},
+): Promise<TestUpstream> {
   const hits: UpstreamHit[] = [];
   const upstream: TestUpstream = { url: '', hits, handler, close: async () => undefined };
   const server = createServer((req, res) => {
@@ -67,7 +71,12 @@ export async function startUpstream(handler: UpstreamHandler = echo): Promise<Te
     };
     hits.push(hit);
     res.on('finish', () => (hit.answeredAt = Date.now()));
-    req.on('data', (chunk: Buffer) => (hit.bytes += chunk.length));
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => {
+      hit.bytes += chunk.length;
+      if (opts.keepBodies) chunks.push(chunk);
+    });
+    if (opts.keepBodies) req.on('end', () => (hit.body = Buffer.concat(chunks)));
     req.on('end', () => void Promise.resolve(upstream.handler(req, res, hit)).catch(() => res.destroy()));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
