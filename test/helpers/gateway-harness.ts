@@ -53,6 +53,13 @@ export const echo: UpstreamHandler = (_req, res, hit) => {
     .end(text);
 };
 
+/** Answers `?size=N` with N bytes of 'a' (answers larger than a socket's buffers), anything else as `echo`. */
+export const sized: UpstreamHandler = (req, res, hit) => {
+  const size = Number(/[?&]size=(\d+)/.exec(hit.url)?.[1] ?? -1);
+  if (size < 0) return echo(req, res, hit);
+  res.writeHead(200, { 'content-type': 'text/plain', 'content-length': size }).end(Buffer.alloc(size, 'a'));
+};
+
 export async function startUpstream(
   handler: UpstreamHandler = echo,
   opts: { keepBodies?: boolean } = {},

@@ -134,3 +134,12 @@ export function normalize(text: string): string {
     .replace(/^(date): [^\r]*/gim, '$1: *')
     .replace(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/g, '<uuid>');
 }
+
+/** Where two long texts first differ (with a little of each), or null when they do not. */
+export function firstDifference(a: string, b: string): string | null {
+  if (a === b) return null;
+  let i = 0;
+  while (i < a.length && a[i] === b[i]) i++;
+  const show = (t: string) => JSON.stringify(t.slice(i, i + 80));
+  return `at byte ${i} of ${a.length}/${b.length}: ${show(a)} vs ${show(b)}`;
+}

@@ -11,17 +11,23 @@ import { ListenerTls } from '../../src/http/tls.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { FencingToken } from '../../src/tokens.js';
 import {
-  echo,
   mint,
   ordersPolicy,
+  sized,
   send,
   startGateway,
   startUpstream,
   type TestGateway,
   type TestUpstream,
-  type UpstreamHandler,
 } from '../helpers/gateway-harness.js';
-import { converse, normalize, upstreamView, type Piece, type ReadPace } from '../helpers/lane-client.js';
+import {
+  converse,
+  firstDifference,
+  normalize,
+  upstreamView,
+  type Piece,
+  type ReadPace,
+} from '../helpers/lane-client.js';
 import { MemoryStore } from '../helpers/memory-store.js';
 import { makeTestCerts } from '../helpers/tls-certs.js';
 import { sleep, until } from '../helpers/wait.js';
@@ -404,13 +410,6 @@ interface Pair {
   close(): Promise<void>;
 }
 
-/** Answers `?size=N` with N bytes, anything else with the harness's echo. */
-const sized: UpstreamHandler = (req, res, hit) => {
-  const size = Number(/[?&]size=(\d+)/.exec(hit.url)?.[1] ?? -1);
-  if (size < 0) return echo(req, res, hit);
-  res.writeHead(200, { 'content-type': 'text/plain', 'content-length': size }).end(Buffer.alloc(size, 'a'));
-};
-
 async function startPair(withTls: boolean): Promise<Pair> {
   const store = new MemoryStore();
   const certs = withTls ? makeTestCerts() : null;
@@ -477,14 +476,6 @@ function expectSame(viaLane: Outcome, viaNode: Outcome): void {
   expect(viaLane.statuses).toEqual(viaNode.statuses);
   expect(viaLane.closed).toBe(viaNode.closed);
   expect(firstDifference(viaLane.text, viaNode.text)).toBe(null);
-}
-
-/** Where two long texts first differ (with a little of each), or null. */
-function firstDifference(a: string, b: string): string | null {
-  if (a === b) return null;
-  let i = 0;
-  while (i < a.length && a[i] === b[i]) i++;
-  return `at byte ${i} of ${a.length}/${b.length}: ${JSON.stringify(a.slice(i, i + 80))} vs ${JSON.stringify(b.slice(i, i + 80))}`;
 }
 
 const noRoute = (pad = '') => `GET /nothing HTTP/1.1\r\nHost: gw\r\n${pad}\r\n`;
