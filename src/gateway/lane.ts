@@ -16,6 +16,12 @@
  * unless they answer), and the answer's bytes are those node:http would write (status
  * line, the plane's headers, Date, Connection and Keep-Alive). A refused request's body
  * is read and dropped as node:http drops an unread one; answers leave in request order.
+ *
+ * The handoff keeps the connection's bytes in wire order whatever the timing of the
+ * client's writes and reads: node:http gets the bytes the lane did not serve, and anything
+ * the socket already holds behind them, before any byte it reads from the kernel itself,
+ * and nothing of the lane is left on the socket (LaneConnection.leave says how, and why it
+ * holds; docs/adr/0017-refusal-lane.md, "The handoff").
  */
 import { maxHeaderSize as defaultMaxHeaderSize, STATUS_CODES } from 'node:http';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
@@ -116,12 +122,15 @@ class LaneConnection {
       if (at === chunk.length) return;
     }
     const socket = this.socket;
+    let stop: number;
     socket.cork();
     try {
-      this.answerFrom(chunk, at);
+      stop = this.answerFrom(chunk, at);
     } finally {
       socket.uncork();
     }
+    if (stop === FINISHED) return this.finish();
+    if (stop !== ANSWERED) return this.leave(chunk, stop);
     // A client that sends without reading its answers is read from again once they left.
     if (!socket.destroyed && socket.writableLength > socket.writableHighWaterMark) {
       socket.pause();
@@ -129,37 +138,73 @@ class LaneConnection {
     }
   }
 
-  /** Answers the requests in `chunk` from `at` on, until one is not the lane's. */
-  private answerFrom(chunk: Buffer, at: number): void {
+  /**
+   * Answers the requests in `chunk` from `at` on, until one is not the lane's: ANSWERED
+   * (all of them), FINISHED (an answer closes the connection), or the offset of the first
+   * request the lane leaves to node:http.
+   */
+  private answerFrom(chunk: Buffer, at: number): number {
     const { socket, lane } = this;
     const maxBytes = (lane.server as { maxHeaderSize?: number }).maxHeaderSize ?? defaultMaxHeaderSize;
     while (at < chunk.length) {
-      if (lane.closed) return this.leave(chunk, at);
+      if (lane.closed) return at;
       const head = readRequestHead(chunk, at, maxBytes);
-      if (head === null) return this.leave(chunk, at);
+      if (head === null) return at;
       const req = new LaneRequest(head, socket);
       const res = new LaneAnswer(head, socket, lane.server.keepAliveTimeout);
       // The plane reads of a request only what LaneRequest has, and answers through
       // writeHead and end, when it answers now (DataPlane.answerNow).
-      if (!lane.answerNow(req as unknown as IncomingMessage, res as unknown as ServerResponse)) {
-        return this.leave(chunk, at);
-      }
-      if (res.closes) return this.finish();
+      if (!lane.answerNow(req as unknown as IncomingMessage, res as unknown as ServerResponse)) return at;
+      if (res.closes) return FINISHED;
       at = head.end;
       const body = Math.min(head.bodyLength, chunk.length - at);
       at += body;
       this.dropping = head.bodyLength - body;
     }
+    return ANSWERED;
   }
 
-  /** Hands the connection to node:http, `chunk` from `at` unread. */
+  /**
+   * Hands the connection to node:http, `chunk` from `at` unread: called from the socket's
+   * 'data' event, so the socket is flowing and its handle is not yet node:http's.
+   *
+   * node:http's connection listener "consumes" the handle (`parser.consume`): from then on
+   * llhttp reads the kernel's bytes straight from the handle, and only bytes in the
+   * socket's JavaScript buffer still travel through 'data' events. So the handoff must
+   * leave no byte behind in JavaScript that a kernel read could overtake, and must leave
+   * the handle to node:http alone (lib/_http_server.js drives it with its 'pause' and
+   * 'resume' listeners: readStop while `socket._paused`, readStart after). Three steps:
+   *
+   * 1. Everything the Readable holds behind `chunk` (read while the lane was paused for a
+   *    client that does not read its answers) is taken out with `read()`. Emptying the
+   *    buffer also makes `read()` call `_read` one last time (net starts the handle if a
+   *    full buffer had stopped it) and marks the stream as reading: a stream that reads
+   *    never calls `_read` again until a push, and a consumed handle pushes nothing but
+   *    its end. Without this, the `read(0)` of a maybeReadMore tick (Readable schedules
+   *    one after each push) would restart the handle behind node:http's back once it has
+   *    paused the socket: kernel bytes into a paused parser (HPE_PAUSED, a reset).
+   * 2. node:http's listeners take the socket and consume the handle. No tick passes
+   *    between step 1 and step 3, so no kernel read can reach llhttp in between (the
+   *    first handoff waited for a tick, and a pause of the lane's in that window let
+   *    llhttp read the kernel's bytes before those put back: ADR 0017's addendum).
+   * 3. The bytes the lane did not serve, then those taken in step 1, go to node:http's
+   *    'data' listener at once, in one piece, as if read from the handle: llhttp parses
+   *    them before anything the handle reads next. If their requests make node:http
+   *    pause the socket (answers backing up), it does so through the socket, which is
+   *    still flowing, so its 'pause' listener stops the handle.
+   *
+   * Nothing of the lane is left on the socket: no listener, pause, drain hook or timeout.
+   */
   private leave(chunk: Buffer, at: number): void {
     const socket = this.socket;
     this.detach();
-    socket.pause();
-    socket.unshift(chunk.subarray(at));
+    const unread = [chunk.subarray(at)];
+    for (let held = socket.read() as Buffer | null; held !== null; held = socket.read() as Buffer | null) {
+      unread.push(held);
+    }
     this.lane.handOff(socket);
-    socket.resume();
+    const bytes = unread.length === 1 ? unread[0]! : Buffer.concat(unread);
+    if (bytes.length > 0 && !socket.destroyed) socket.emit('data', bytes);
   }
 
   /** The last answer is written: nothing more is read, the connection is closed once it left. */
@@ -181,6 +226,10 @@ class LaneConnection {
     this.lane.left(this);
   }
 }
+
+/** answerFrom's outcomes besides an offset to hand over from. */
+const ANSWERED = -1;
+const FINISHED = -2;
 
 /** What the data plane reads of a request the lane holds: node's IncomingMessage's names. */
 class LaneRequest {

@@ -11,11 +11,12 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { expect } from 'vitest';
 import type { AppliedWrite } from '../../src/sample/index.js';
+import { sleep } from './wait.js';
 
 export const SHARED_REDIS = 'redis://127.0.0.1:6379';
 export const SHARED_POSTGRES = 'postgres://postgres@127.0.0.1:5432/test';
 
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+export { sleep };
 
 /** A store namespace (Redis key prefix / Postgres schema) no other test uses. */
 export function randomNamespace(prefix = 'fge2e'): string {

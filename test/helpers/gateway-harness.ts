@@ -25,8 +25,9 @@ export interface UpstreamHit {
   url: string;
   headers: IncomingMessage['headers'];
   rawHeaders: string[];
-  /** Body bytes received (counted, not kept). */
+  /** Body bytes received (counted; kept in `body` only when the upstream keeps bodies). */
   bytes: number;
+  body?: Buffer;
   receivedAt: number;
   answeredAt: number | null;
 }
@@ -52,7 +53,17 @@ export const echo: UpstreamHandler = (_req, res, hit) => {
     .end(text);
 };
 
-export async function startUpstream(handler: UpstreamHandler = echo): Promise<TestUpstream> {
+/** Answers `?size=N` with N bytes of 'a' (answers larger than a socket's buffers), anything else as `echo`. */
+export const sized: UpstreamHandler = (req, res, hit) => {
+  const size = Number(/[?&]size=(\d+)/.exec(hit.url)?.[1] ?? -1);
+  if (size < 0) return echo(req, res, hit);
+  res.writeHead(200, { 'content-type': 'text/plain', 'content-length': size }).end(Buffer.alloc(size, 'a'));
+};
+
+export async function startUpstream(
+  handler: UpstreamHandler = echo,
+  opts: { keepBodies?: boolean } = {},
+): Promise<TestUpstream> {
   const hits: UpstreamHit[] = [];
   const upstream: TestUpstream = { url: '', hits, handler, close: async () => undefined };
   const server = createServer((req, res) => {
@@ -67,7 +78,12 @@ export async function startUpstream(handler: UpstreamHandler = echo): Promise<Te
     };
     hits.push(hit);
     res.on('finish', () => (hit.answeredAt = Date.now()));
-    req.on('data', (chunk: Buffer) => (hit.bytes += chunk.length));
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => {
+      hit.bytes += chunk.length;
+      if (opts.keepBodies) chunks.push(chunk);
+    });
+    if (opts.keepBodies) req.on('end', () => (hit.body = Buffer.concat(chunks)));
     req.on('end', () => void Promise.resolve(upstream.handler(req, res, hit)).catch(() => res.destroy()));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));

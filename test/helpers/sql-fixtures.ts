@@ -11,10 +11,11 @@ import pg from 'pg';
 import { openEmbeddedStore } from '../../src/store/lmdb/store.js';
 import { openPostgresStore } from '../../src/store/sql/store.js';
 import type { Store } from '../../src/store/types.js';
+import { sleep } from './wait.js';
 
 export const PG_URL = process.env.FENCEGATE_TEST_POSTGRES ?? 'postgres://postgres@127.0.0.1:5432/test';
 
-export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+export { sleep };
 
 export function randomSchema(prefix = 'fgsql'): string {
   return `${prefix}_${randomBytes(6).toString('hex')}`;

@@ -13,15 +13,25 @@ import type { FencingToken } from '../../src/tokens.js';
 import {
   mint,
   ordersPolicy,
+  sized,
   send,
   startGateway,
   startUpstream,
   type TestGateway,
   type TestUpstream,
 } from '../helpers/gateway-harness.js';
+import {
+  converse,
+  firstDifference,
+  normalize,
+  upstreamView,
+  type Piece,
+  type ReadPace,
+} from '../helpers/lane-client.js';
 import { MemoryStore } from '../helpers/memory-store.js';
 import { invoicePolicy } from '../helpers/s3.js';
 import { makeTestCerts } from '../helpers/tls-certs.js';
+import { sleep, until } from '../helpers/wait.js';
 
 interface Exchanged {
   /** Everything received, with Date values and request ids made constant. */
@@ -60,12 +70,6 @@ function exchange(port: number, parts: (string | Buffer)[], gapMs = 40, quietMs 
     };
     next();
   });
-}
-
-function normalize(text: string): string {
-  return text
-    .replace(/^(date): [^\r]*/gim, '$1: *')
-    .replace(/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/g, '<uuid>');
 }
 
 /** Status codes of every answer received, in order. */
@@ -352,13 +356,11 @@ describe('the refusal lane', () => {
       const socket = connect(gw.port, '127.0.0.1');
       socket.pause();
       socket.write(one.repeat(n - 1) + `GET /orders/1 HTTP/1.1\r\nHost: gw\r\n\r\n`);
-      await new Promise((r) => setTimeout(r, 300));
+      await sleep(300);
       let received = '';
       socket.on('data', (d: Buffer) => (received += d.toString('latin1')));
       socket.resume();
-      const deadline = Date.now() + 10_000;
-      while (statuses(received).length < n && Date.now() < deadline)
-        await new Promise((r) => setTimeout(r, 20));
+      await until(() => statuses(received).length >= n, 10_000, 20);
       socket.destroy();
       const got = statuses(received);
       expect(got).toHaveLength(n);
@@ -389,11 +391,6 @@ describe('the refusal lane', () => {
     const head = `PUT /orders/1 HTTP/1.1\r\nHost: gw\r\nFencing-Token: ${stale}\r\nContent-Length: 10\r\n\r\n`;
     const idle = open(head + '0123456789');
     const busy = open(head + '01234');
-    const until = async (test: () => boolean) => {
-      const deadline = Date.now() + 5000;
-      while (!test() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
-      return test();
-    };
     expect(await until(() => statuses(idle.seen.received).length === 1)).toBe(true);
     expect(await until(() => statuses(busy.seen.received).length === 1)).toBe(true);
     const closing = gw.app.close();
@@ -420,12 +417,10 @@ describe('the refusal lane', () => {
       socket.on('data', (d: Buffer) => (received += d.toString('latin1')));
       socket.on('close', () => (ended = true));
       socket.write('PUT /nothing HTTP/1.1\r\nHost: gw\r\nContent-Length: 0\r\n\r\n');
-      await new Promise((r) => setTimeout(r, 150));
+      await sleep(150);
       expect(statuses(received)).toEqual([404]);
       expect(ended).toBe(false);
-      const deadline = Date.now() + 3000;
-      while (!ended && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-      expect(ended).toBe(true);
+      expect(await until(() => ended, 3000, 20)).toBe(true);
     } finally {
       await gw.close();
       await upstream.close();
@@ -451,9 +446,7 @@ describe('the refusal lane on a TLS listener', () => {
       const put = (token: FencingToken) =>
         `PUT /orders/1 HTTP/1.1\r\nHost: gw\r\nFencing-Token: ${token}\r\nContent-Length: 1\r\n\r\nx`;
       const answers = async (n: number) => {
-        const deadline = Date.now() + 5000;
-        while (statuses(received).length < n && Date.now() < deadline)
-          await new Promise((r) => setTimeout(r, 10));
+        await until(() => statuses(received).length >= n);
         return statuses(received);
       };
       socket.write(put(current));
@@ -475,3 +468,231 @@ describe('the refusal lane on a TLS listener', () => {
     }
   });
 });
+
+/**
+ * The lane never reorders a connection's bytes: whatever the timing of the client's writes
+ * and reads, the bytes the lane read but did not answer reach node:http before any byte
+ * node:http reads from the kernel itself. The same plan (the same bytes, written in the same
+ * pieces with the same gaps, read at the same pace) goes to a gateway with the lane and to
+ * one without; what reaches each upstream on that connection (in any order: node:http
+ * forwards pipelined reads side by side) and every byte of the answers must be the same.
+ * Timing only shapes the input: nothing is asserted on it.
+ *
+ * Over TLS the reference is node:http over plain TCP, and the plans differ: node:https
+ * itself resets a pipelining client whose answers back up (Node 20's TLS socket hands the
+ * rest of a decrypted read to the parser node:http just paused: HPE_PAUSED), lane or not,
+ * and the lane hands a TLS connection over at the first head split between two TLS records
+ * (16 KiB of the client's bytes). So over TLS requests are 128 bytes long (never split by a
+ * record) and node:http is left little to serve: the lane's own backpressure and the
+ * handoff after it are what those cases are about.
+ */
+interface Pair {
+  store: MemoryStore;
+  /** The gateway with the lane, over TLS in the TLS cases. */
+  lane: TestGateway;
+  /** The reference: no lane, plain TCP. */
+  node: TestGateway;
+  upLane: TestUpstream;
+  upNode: TestUpstream;
+  tlsCa?: string;
+  close(): Promise<void>;
+}
+
+async function startPair(withTls: boolean): Promise<Pair> {
+  const store = new MemoryStore();
+  const certs = withTls ? makeTestCerts() : null;
+  const tls =
+    certs === null ? undefined : new ListenerTls('data listener', { ...certs.server, clientCa: null });
+  const upLane = await startUpstream(sized, { keepBodies: true });
+  const upNode = await startUpstream(sized, { keepBodies: true });
+  // Upstream timeouts well above what a slow reader makes an answer wait on a loaded machine.
+  const lane = await startGateway({ store, policy: ordersPolicy(upLane.url, { timeoutMs: 60_000 }), tls });
+  const node = await startGateway({
+    store,
+    policy: ordersPolicy(upNode.url, { timeoutMs: 60_000 }),
+    refusalLane: false,
+  });
+  return {
+    store,
+    lane,
+    node,
+    upLane,
+    upNode,
+    ...(certs === null ? {} : { tlsCa: certs.read(certs.ca.cert) }),
+    async close() {
+      await lane.close();
+      await node.close();
+      await upLane.close();
+      await upNode.close();
+      certs?.remove();
+    },
+  };
+}
+
+interface Outcome {
+  statuses: number[];
+  closed: boolean;
+  text: string;
+  upstream: ReturnType<typeof upstreamView>;
+}
+
+/** Runs the same plan on the lane's gateway, then on node:http's. */
+async function onBoth(pair: Pair, pieces: Piece[], pace: ReadPace, answers: number) {
+  const run = async (gw: TestGateway, up: TestUpstream, tlsCa?: string): Promise<Outcome> => {
+    const from = up.hits.length;
+    const c = await converse(gw.port, pieces, { pace, answers, ...(tlsCa === undefined ? {} : { tlsCa }) });
+    const upstream = upstreamView(up.hits.slice(from)).sort((a, b) => (key(a) < key(b) ? -1 : 1));
+    return { statuses: c.statuses, closed: c.closed, text: normalize(c.text), upstream };
+  };
+  const viaLane = await run(pair.lane, pair.upLane, pair.tlsCa);
+  const viaNode = await run(pair.node, pair.upNode);
+  return { viaLane, viaNode };
+}
+
+const key = (x: object) => JSON.stringify(x);
+
+/** The two outcomes agree: upstream requests, answers' statuses, closes, and every byte received. */
+function expectSame(viaLane: Outcome, viaNode: Outcome): void {
+  const gist = (o: Outcome) => ({
+    forwarded: o.upstream.map((h) => `${h.method} ${h.url}`).slice(0, 5),
+    answers: o.statuses.length,
+    last: o.statuses.slice(-3),
+    closed: o.closed,
+  });
+  expect(gist(viaLane)).toEqual(gist(viaNode));
+  expect(viaLane.upstream).toEqual(viaNode.upstream);
+  expect(viaLane.statuses).toEqual(viaNode.statuses);
+  expect(viaLane.closed).toBe(viaNode.closed);
+  expect(firstDifference(viaLane.text, viaNode.text)).toBe(null);
+}
+
+const noRoute = (pad = '') => `GET /nothing HTTP/1.1\r\nHost: gw\r\n${pad}\r\n`;
+const read = (seq: number, query = '') =>
+  `GET /orders/r/${seq}${query} HTTP/1.1\r\nHost: gw\r\nX-Seq: ${seq}\r\n\r\n`;
+const write = (token: FencingToken | string, seq: number, body = 'hello', extra = '') =>
+  `PUT /orders/1 HTTP/1.1\r\nHost: gw\r\nFencing-Token: ${token}\r\nX-Seq: ${seq}\r\n${extra}Content-Length: ${body.length}\r\n\r\n${body}`;
+/** `request` padded with an X-Pad header to exactly `length` bytes. */
+const padded = (request: (pad: string) => string, length: number) => {
+  const bare = request('X-Pad: \r\n').length;
+  const out = request(`X-Pad: ${'p'.repeat(length - bare)}\r\n`);
+  expect(out.length).toBe(length);
+  return out;
+};
+/** The upstream paths of forwarded reads, in the order their answers arrived. */
+const answeredReads = (text: string) =>
+  [...text.matchAll(/"url":"\/orders\/r\/(\d+)/g)].map((m) => Number(m[1]));
+
+for (const withTls of [false, true]) {
+  describe(`the refusal lane keeps a connection's bytes in wire order${withTls ? ', over TLS' : ''}`, () => {
+    let pair: Pair;
+    let stale: FencingToken;
+    let current: FencingToken;
+    let current2: FencingToken;
+    /** A refused write: 128 bytes over TLS (see above). */
+    const refused = () => (withTls ? padded((pad) => write(stale, 0, 'x', pad), 128) : write(stale, 0, 'x'));
+
+    beforeAll(async () => {
+      pair = await startPair(withTls);
+      stale = (await mint(pair.store, 'order:1')).token;
+      current = (await mint(pair.store, 'order:1')).token;
+      current2 = (await mint(pair.store, 'order:2')).token;
+      // Both gateways learn that `stale` is stale: each admits the current token once.
+      const once: Piece[] = [{ bytes: write(current, 0), gapMs: 0 }];
+      const { viaLane, viaNode } = await onBoth(pair, once, { kind: 'fast' }, 1);
+      expect([viaLane.statuses, viaNode.statuses]).toEqual([[200], [200]]);
+    });
+
+    afterAll(async () => {
+      await pair.close();
+    });
+
+    // In wire order this is one GET whose X-A header reads "PUT /orders/2 HTTP/1.1": the
+    // second write must never become a request of its own. 1,800 refusals end within the
+    // first 64 KiB read, so the lane hands over at the unfinished head; 2,300 do not.
+    for (const refusals of withTls ? [120] : [1800, 2300]) {
+      for (const gapMs of [10, 30]) {
+        it(`a head left unfinished by a write of ${refusals} refusals, finished ${gapMs} ms later, stays one request`, async () => {
+          const bytes = withTls ? padded(noRoute, 128) : noRoute();
+          const first = bytes.repeat(refusals) + 'GET /orders/1 HTTP/1.1\r\nHost: gw\r\nX-A: ';
+          const second = `PUT /orders/2 HTTP/1.1\r\nHost: gw\r\nFencing-Token: ${current2}\r\nContent-Length: 5\r\n\r\nhello`;
+          const pieces = [
+            { bytes: first, gapMs: 0 },
+            { bytes: second, gapMs },
+          ];
+          // The client reads nothing until the second write is out: the answers back up.
+          const pace: ReadPace = { kind: 'paused', forMs: gapMs + 50 };
+          const { viaLane, viaNode } = await onBoth(pair, pieces, pace, refusals + 1);
+          expect(viaLane.upstream.filter((h) => h.method === 'PUT')).toEqual([]);
+          expect(viaNode.upstream.map((h) => [h.method, h.a])).toEqual([['GET', 'PUT /orders/2 HTTP/1.1']]);
+          expectSame(viaLane, viaNode);
+        });
+      }
+    }
+
+    const many = withTls ? 8_000 : 20_000;
+    const reads = withTls ? 1 : 2_000;
+    it(`a slow reader gets all ${many + reads} answers to ${many} refusals and ${reads} forwarded read(s), in order`, async () => {
+      const bytes = refused().repeat(many) + Array.from({ length: reads }, (_, i) => read(i + 1)).join('');
+      const from = pair.upLane.hits.length;
+      const c = await converse(pair.lane.port, [{ bytes, gapMs: 0 }], {
+        pace: { kind: 'slow', onMs: 5, offMs: 5 },
+        answers: many + reads,
+        ...(pair.tlsCa === undefined ? {} : { tlsCa: pair.tlsCa }),
+      });
+      const inOrder = Array.from({ length: reads }, (_, i) => i + 1);
+      expect(c.closed).toBe(false);
+      expect(c.statuses.length).toBe(many + reads);
+      expect(new Set(c.statuses.slice(0, many))).toEqual(new Set([409]));
+      expect(new Set(c.statuses.slice(many))).toEqual(new Set([200]));
+      expect(answeredReads(c.text)).toEqual(inOrder);
+      const forwarded = upstreamView(pair.upLane.hits.slice(from)).map((h) => Number(h.seq));
+      expect(forwarded.sort((a, b) => a - b)).toEqual(inOrder);
+    });
+
+    it('answers larger than the socket buffer, between refusals, to a slow reader', async () => {
+      const bytes =
+        refused().repeat(2000) +
+        read(1, '?size=3000000') +
+        (withTls
+          ? ''
+          : noRoute().repeat(2000) + write(current, 2) + read(3, '?size=1000000') + refused().repeat(500));
+      const answers = withTls ? 2001 : 4503;
+      const pace: ReadPace = { kind: 'slow', onMs: 3, offMs: 10 };
+      const { viaLane, viaNode } = await onBoth(pair, [{ bytes, gapMs: 0 }], pace, answers);
+      expect(viaNode.statuses).toHaveLength(answers);
+      expect(viaNode.upstream.map((h) => h.seq).sort()).toEqual(withTls ? ['1'] : ['1', '2', '3']);
+      expectSame(viaLane, viaNode);
+    });
+
+    // libuv reads at most 64 KiB at a time: a handed-off request whose head starts just
+    // before, at or just after that boundary, written at once or split there. (TLS reads
+    // are records of 16 KiB instead, which the cases above cross.)
+    if (withTls) return;
+    for (const offset of [-20, 0, 1]) {
+      for (const split of [null, 0, 10] as const) {
+        const how = split === null ? 'in one write' : `split there, ${split} ms apart`;
+        it(`a handoff ${offset} bytes from the 64 KiB read boundary, ${how}`, async () => {
+          const boundary = 65_536;
+          const filler = noRoute('X-Pad: ' + 'p'.repeat(60) + '\r\n');
+          const fillers = Math.floor((boundary + offset) / filler.length);
+          const last = boundary + offset - filler.length * (fillers - 1);
+          const before = filler.repeat(fillers - 1) + padded(noRoute, last);
+          const after = read(1) + refused().repeat(300) + write(current, 3) + noRoute().repeat(300) + read(4);
+          const all = before + after;
+          const pieces: Piece[] =
+            split === null
+              ? [{ bytes: all, gapMs: 0 }]
+              : [
+                  { bytes: all.slice(0, boundary), gapMs: 0 },
+                  { bytes: all.slice(boundary), gapMs: split },
+                ];
+          const answers = fillers + 603;
+          const { viaLane, viaNode } = await onBoth(pair, pieces, { kind: 'fast' }, answers);
+          expect(viaNode.statuses).toHaveLength(answers);
+          expect(viaNode.upstream.map((h) => h.seq).sort()).toEqual(['1', '3', '4']);
+          expectSame(viaLane, viaNode);
+        });
+      }
+    }
+  });
+}
