@@ -486,7 +486,7 @@ describe('the refusal lane on a TLS listener', () => {
  * record) and node:http is left little to serve: the lane's own backpressure and the
  * handoff after it are what those cases are about.
  */
-interface Pair {
+interface WirePair {
   store: MemoryStore;
   /** The gateway with the lane, over TLS in the TLS cases. */
   lane: TestGateway;
@@ -498,7 +498,7 @@ interface Pair {
   close(): Promise<void>;
 }
 
-async function startPair(withTls: boolean): Promise<Pair> {
+async function startWirePair(withTls: boolean): Promise<WirePair> {
   const store = new MemoryStore();
   const certs = withTls ? makeTestCerts() : null;
   const tls =
@@ -537,7 +537,7 @@ interface Outcome {
 }
 
 /** Runs the same plan on the lane's gateway, then on node:http's. */
-async function onBoth(pair: Pair, pieces: Piece[], pace: ReadPace, answers: number) {
+async function onBoth(pair: WirePair, pieces: Piece[], pace: ReadPace, answers: number) {
   const run = async (gw: TestGateway, up: TestUpstream, tlsCa?: string): Promise<Outcome> => {
     const from = up.hits.length;
     const c = await converse(gw.port, pieces, { pace, answers, ...(tlsCa === undefined ? {} : { tlsCa }) });
@@ -584,7 +584,7 @@ const answeredReads = (text: string) =>
 
 for (const withTls of [false, true]) {
   describe(`the refusal lane keeps a connection's bytes in wire order${withTls ? ', over TLS' : ''}`, () => {
-    let pair: Pair;
+    let pair: WirePair;
     let stale: FencingToken;
     let current: FencingToken;
     let current2: FencingToken;
@@ -592,7 +592,7 @@ for (const withTls of [false, true]) {
     const refused = () => (withTls ? padded((pad) => write(stale, 0, 'x', pad), 128) : write(stale, 0, 'x'));
 
     beforeAll(async () => {
-      pair = await startPair(withTls);
+      pair = await startWirePair(withTls);
       stale = (await mint(pair.store, 'order:1')).token;
       current = (await mint(pair.store, 'order:1')).token;
       current2 = (await mint(pair.store, 'order:2')).token;
