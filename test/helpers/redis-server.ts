@@ -27,8 +27,8 @@ export interface RedisServer {
   dir: string;
   /** SIGKILL, wait for exit. */
   kill(): Promise<void>;
-  /** Start again, same port and arguments. */
-  start(): Promise<void>;
+  /** Start again, same port and directory; with `args`, those in place of the extra arguments given at first. */
+  start(args?: string[]): Promise<void>;
   /** SIGSTOP / SIGCONT: a Redis that holds connections open but answers nothing. */
   pause(): void;
   resume(): void;
@@ -55,7 +55,9 @@ export async function startRedisServer(extraArgs: string[] = []): Promise<RedisS
     '--appendonly',
     'no',
   ];
-  args.push('--daemonize', 'no', ...extraArgs);
+  args.push('--daemonize', 'no');
+  const base = [...args];
+  args.push(...extraArgs);
   let proc: ChildProcess | null = null;
 
   const server: RedisServer = {
@@ -69,8 +71,10 @@ export async function startRedisServer(extraArgs: string[] = []): Promise<RedisS
       p.kill('SIGKILL');
       await exited;
     },
-    async start() {
-      const p = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    async start(override?: string[]) {
+      const p = spawn('redis-server', override === undefined ? args : [...base, ...override], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       proc = p;
       let out = '';
       p.stdout?.on('data', (d: Buffer) => (out += d.toString()));
