@@ -165,12 +165,14 @@ export interface AdmitRequest {
    * - true (an enforced route fenced in the gateway): the compare-and-set of the fence
    *   and the write's in-flight entry;
    * - 'shadow' (a shadow-mode route, `enforce: false`): judged exactly as an enforced
-   *   admission, but against the lock's shadow record (the highest token shadow routes
-   *   admitted), which it raises when it admits; no fence moves, no in-flight entry;
+   *   admission, and when it admits it raises the lock's shadow record (the highest token
+   *   shadow routes admitted) alone: no fence moves, no in-flight entry;
    * - false (a kind that fences inside the resource): the verdict only, nothing written.
    *
-   * An enforced admission judges against the higher of the fence and the shadow record,
-   * so a route switched from shadow to enforced starts from what the shadow period saw.
+   * Every admission judges against the higher of the fence and the shadow record: both
+   * name tokens whose writes reached the upstream. So a shadow route sees the takeover an
+   * enforced route on the same lock admitted, and a route switched from shadow to
+   * enforced starts from what the shadow period saw.
    */
   record: boolean | 'shadow';
   /**

@@ -13,10 +13,11 @@
  *    grant finds the tables replaced (SQLSTATE FGRST), bumps the epoch above every token
  *    it saw, and grants above it.
  * 3. Redis, a replica promoted behind a stable endpoint without the last grant: the
- *    gateway reconnects to another server (run_id) and bumps above every token it saw.
+ *    gateway reconnects to a server that took over from another master (master_replid2)
+ *    and starts a new epoch above every token it saw.
  * 4. Redis restarted without AOF (loading an older RDB): the durability check on the
  *    reconnection fails the store closed (503, /readyz says why); restarted with AOF
- *    always again, it recovers with a new epoch.
+ *    always again, it recovers, and B (whose grant the AOF kept) writes on.
  * 5. Redis FLUSHALL while A's write sits at a 3 s upstream: both gateways find the store
  *    reset and hold fenced writes for the route's lock-delay, so B's write reaches the
  *    upstream after A's was applied.
@@ -142,11 +143,11 @@ describe('store identity and resets', () => {
     const store = join(dir, 'store');
     const s = new Scenario();
     const g1 = await serve(['--store', store]);
-    const a = await s.grant(g1.control, 'a', 300);
+    const a = await s.grant(g1.control, 'a', 1000);
     expect((await s.write(g1.data, a, 'a')).status).toBe(201);
     await sleep(50);
     await run('cp', ['-a', store, backup]); // the backup holds A's grant only
-    await sleep(300); // A's lease lapses
+    await sleep(1100); // A's lease lapses
     const b = await s.grant(g1.control, 'b');
     expect((await s.write(g1.data, b, 'b')).status).toBe(200);
     // The restore, while g1 runs.
@@ -175,11 +176,11 @@ describe('store identity and resets', () => {
     cleanups.push(() => run('psql', [PG_URL, '-c', `DROP SCHEMA IF EXISTS "${schema}" CASCADE`]));
     const s = new Scenario();
     const g1 = await serve(['--store', PG_URL, '--store-namespace', schema]);
-    const a = await s.grant(g1.control, 'a', 300);
+    const a = await s.grant(g1.control, 'a', 1000);
     expect((await s.write(g1.data, a, 'a')).status).toBe(201);
     const dump = join(dumpDir, 'dump.sql');
     await run('pg_dump', ['--clean', '--if-exists', '-n', schema, '-f', dump, PG_URL]);
-    await sleep(350);
+    await sleep(1100);
     const b = await s.grant(g1.control, 'b');
     expect((await s.write(g1.data, b, 'b')).status).toBe(200);
     await run('psql', ['-v', 'ON_ERROR_STOP=1', '-q', '-f', dump, PG_URL]);
@@ -207,7 +208,7 @@ describe('store identity and resets', () => {
     cleanups.push(() => proxy.close());
     const s = new Scenario();
     const g = await serve(['--store', proxy.url('redis')]);
-    const a = await s.grant(g.control, 'a', 300);
+    const a = await s.grant(g.control, 'a', 1000);
     expect((await s.write(g.data, a, 'a')).status).toBe(201);
     // The replica has A's grant, then stops following the primary (as a lagging replica would).
     const r = new Redis(replica.url, { lazyConnect: true });
@@ -215,7 +216,7 @@ describe('store identity and resets', () => {
     cleanups.push(async () => r.disconnect());
     await until('replica in sync', async () => (await r.hget(`fg:{${s.lock}}:ctr`, 'issued')) === a);
     await r.replicaof('NO', 'ONE');
-    await sleep(350);
+    await sleep(1100);
     const b = await s.grant(g.control, 'b');
     expect((await s.write(g.data, b, 'b')).status).toBe(200);
     // The primary dies; the endpoint now leads to the promoted replica, which never saw B's grant.
@@ -232,19 +233,19 @@ describe('store identity and resets', () => {
     await s.expectClean();
   }, 120_000);
 
-  it('4. redis: restarted without AOF from an older RDB, the store fails closed; with AOF again it recovers', async () => {
+  it('4. redis: restarted without AOF from an older RDB, the store fails closed; with AOF again it recovers, nothing lost', async () => {
     const redis: RedisServer = await startRedisServer(AOF_ALWAYS);
     cleanups.push(() => redis.stop());
     const s = new Scenario();
     const g = await serve(['--store', redis.url]);
     const r = new Redis(redis.url, { lazyConnect: true });
     await r.connect();
-    const a = await s.grant(g.control, 'a', 300);
+    const a = await s.grant(g.control, 'a', 1000);
     expect((await s.write(g.data, a, 'a')).status).toBe(201);
     await r.save(); // an RDB with A's grant only
     r.disconnect();
-    await sleep(350);
-    const b = await s.grant(g.control, 'b');
+    await sleep(1100);
+    const b = await s.grant(g.control, 'b', 3000);
     expect((await s.write(g.data, b, 'b')).status).toBe(200);
     await redis.kill();
     await redis.start(['--appendonly', 'no']);
@@ -257,11 +258,12 @@ describe('store identity and resets', () => {
     });
     expect(refused.status).toBe(503);
     expect((await s.write(g.data, b, 'b')).status).toBe(503);
-    // AOF always again (the AOF still has B's grant): ready, under a new epoch above both.
+    // AOF always again: the AOF has B's grant, nothing acknowledged was lost, B writes on.
     await redis.kill();
     await redis.start(AOF_ALWAYS);
     await until('ready again', async () => (await readyz(g)).status === 200);
-    const c = await s.grant(g.control, 'c');
+    expect((await s.writeUntilAnswered(g.data, b, 'b')).result.status).toBe(200);
+    const c = await s.grant(g.control, 'c'); // once B's lease lapses
     expect(BigInt(c)).toBeGreaterThan(BigInt(b));
     expect((await s.writeUntilAnswered(g.data, c, 'c')).result.status).toBe(200);
     await s.expectClean();

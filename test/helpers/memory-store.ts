@@ -155,8 +155,8 @@ export class MemoryStore implements Store {
   async admit(req: AdmitRequest): Promise<AdmitResult> {
     const s = this.state(req.lock);
     const now = this.clock();
-    // Shadow admissions are judged against the shadow record; the others against the higher of both.
-    const highest = req.record === 'shadow' ? s.shadowHighest : max(s.highest, s.shadowHighest);
+    // Judged against the higher of the fence and the shadow record (both reached the upstream).
+    const highest = max(s.highest, s.shadowHighest);
     if (s.issued === 0n || req.token > s.issued) return { ok: false, reason: 'forged', highest };
     if (req.token <= this.floor || (highest !== null && req.token < highest)) {
       return { ok: false, reason: 'stale', highest };

@@ -429,39 +429,32 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
       expect((await h.store.lowerInflight(lock, b.token)).count).toBe(1);
     });
 
-    it("shadow admissions judge against the lock's shadow record and raise it alone; enforcement starts from it", async () => {
+    it('shadow admissions raise the shadow record alone; every admission judges against the higher of it and the fence', async () => {
       const lock = 'f:shadow';
       const a = await grant(h.store, lock, 'a', 100);
       await sleep(150);
       const b = await grant(h.store, lock, 'b', 100);
       await sleep(150);
-      const c = await grant(h.store, lock, 'c');
+      const c = await grant(h.store, lock, 'c', 100);
+      await sleep(150);
+      const d = await grant(h.store, lock, 'd');
       const shadow = { record: 'shadow' as const };
-      expect(await admit(h.store, lock, b.token, shadow)).toEqual({
-        ok: true,
-        highest: b.token,
-        lowerInflight: 0,
-      });
+      expect(await admit(h.store, lock, b.token, shadow)).toEqual({ ok: true, highest: b.token, lowerInflight: 0 });
       expect(await h.store.inspect(lock)).toMatchObject({ highest: null, shadowHighest: b.token });
-      // Judged exactly as enforcement would judge it, against the shadow record.
-      expect(await admit(h.store, lock, a.token, shadow)).toEqual({
-        ok: false,
-        reason: 'stale',
-        highest: b.token,
-      });
-      expect(await admit(h.store, lock, c.token + 1n, shadow)).toMatchObject({ ok: false, reason: 'forged' });
+      // Judged exactly as enforcement would judge it.
+      expect(await admit(h.store, lock, a.token, shadow)).toEqual({ ok: false, reason: 'stale', highest: b.token });
+      expect(await admit(h.store, lock, d.token + 1n, shadow)).toMatchObject({ ok: false, reason: 'forged' });
       expect(await admit(h.store, lock, b.token, shadow)).toMatchObject({ ok: true }); // same token again
       // Nothing in flight, no fence moved.
-      expect((await h.store.lowerInflight(lock, c.token + 1n)).count).toBe(0);
-      // An enforced admission judges against the higher of the fence and the shadow record
-      // (a route switched from shadow to enforced starts from what the shadow period saw).
+      expect((await h.store.lowerInflight(lock, d.token + 1n)).count).toBe(0);
+      // Enforcement starts from what the shadow period saw (a route switched to enforce).
       expect(await admit(h.store, lock, a.token)).toEqual({ ok: false, reason: 'stale', highest: b.token });
       expect(await admit(h.store, lock, c.token)).toMatchObject({ ok: true, highest: c.token });
-      // ... and does not raise the shadow record: the shadow routes' own record stays b.
       expect(await h.store.inspect(lock)).toMatchObject({ highest: c.token, shadowHighest: b.token });
-      expect(await admit(h.store, lock, b.token, shadow)).toMatchObject({ ok: true, highest: b.token });
-      expect(await admit(h.store, lock, c.token, shadow)).toMatchObject({ ok: true, highest: c.token });
-      expect((await h.store.inspect(lock))?.shadowHighest).toBe(c.token);
+      // A shadow route sees what an enforced route on the same lock admitted.
+      expect(await admit(h.store, lock, b.token, shadow)).toEqual({ ok: false, reason: 'stale', highest: c.token });
+      expect(await admit(h.store, lock, d.token, shadow)).toMatchObject({ ok: true, highest: d.token });
+      expect(await h.store.inspect(lock)).toMatchObject({ highest: c.token, shadowHighest: d.token });
     });
 
     it('a delivering entry counts on after its session ended, until dropped with its bound', async () => {

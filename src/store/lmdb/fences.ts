@@ -19,13 +19,12 @@ import { epochFloor, maxBig, type Outcome } from './locks.js';
 type Verdict = { ok: true; highest: bigint } | Extract<AdmitResult, { ok: false }>;
 
 /**
- * What an admission is judged against: for a shadow admission the shadow record, for the
- * others the higher of the fence and the shadow record (a route switched from shadow mode
- * to enforced starts from what the shadow period admitted).
+ * What an admission is judged against: the higher of the fence and the shadow record, both
+ * tokens whose writes reached the upstream (a route switched from shadow mode to enforced
+ * starts from what the shadow period admitted; a shadow route sees an enforced one's).
  */
-function judgedHighest(l: LockRec, req: AdmitRequest): bigint | null {
+function judgedHighest(l: LockRec): bigint | null {
   const shadow = l.shadowHighest == null ? null : BigInt(l.shadowHighest);
-  if (req.record === 'shadow') return shadow;
   const fence = l.highest === null ? null : BigInt(l.highest);
   if (fence === null || shadow === null) return fence ?? shadow;
   return maxBig(fence, shadow);
@@ -33,7 +32,7 @@ function judgedHighest(l: LockRec, req: AdmitRequest): bigint | null {
 
 function judge(t: Tables, l: LockRec | undefined, req: AdmitRequest, now: number): Verdict {
   if (l === undefined) return { ok: false, reason: 'forged', highest: null };
-  const highest = judgedHighest(l, req);
+  const highest = judgedHighest(l);
   const floor = maxBig(BigInt(l.floor), epochFloor(t));
   if (req.token <= floor) return { ok: false, reason: 'stale', highest };
   if (l.issued === null || req.token > BigInt(l.issued)) return { ok: false, reason: 'forged', highest };

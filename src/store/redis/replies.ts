@@ -183,7 +183,7 @@ export function parseEpoch(reply: unknown, op: string): { id: string; floor: Fen
 export function parseEpochVerify(reply: unknown): {
   id: string;
   floor: FencingToken;
-  outcome: 'same' | 'created' | 'adopted' | 'bumped' | 'raised';
+  outcome: 'same' | 'created' | 'adopted' | 'restarted' | 'bumped' | 'raised';
 } {
   const r = new ReplyReader(reply, 'fg_epoch_verify_v1');
   const outcome = r.str(2);
@@ -191,6 +191,7 @@ export function parseEpochVerify(reply: unknown): {
     outcome !== 'same' &&
     outcome !== 'created' &&
     outcome !== 'adopted' &&
+    outcome !== 'restarted' &&
     outcome !== 'bumped' &&
     outcome !== 'raised'
   )

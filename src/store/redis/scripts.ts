@@ -79,7 +79,13 @@ export interface FencegateCommands {
   fg_session_end_v1(sessions: string, id: string, expectedBeat: string): Promise<unknown>;
   fg_epoch_init_v1(epoch: string, newId: string): Promise<unknown>;
   fg_epoch_bump_v1(epoch: string, newId: string): Promise<unknown>;
-  fg_epoch_verify_v1(epoch: string, newId: string, runId: string, atLeast: string): Promise<unknown>;
+  fg_epoch_verify_v1(
+    epoch: string,
+    newId: string,
+    runId: string,
+    atLeast: string,
+    promoted: string,
+  ): Promise<unknown>;
 }
 
 export type FencegateRedis = Redis & FencegateCommands;

@@ -175,11 +175,10 @@ $fn$;
 -- A writing admission whose key had no row to lock is forged (nothing was issued).
 --
 -- Per admission i, for its key: floor = greatest(key floor, epoch floor); h = the
--- highest it is judged against: for 't' and 'f' the greater of the fence and the shadow
--- record (a route switched from shadow to enforced starts from what the shadow period
--- saw), for 's' the shadow record alone; each raised by the writing admissions before i
--- in this batch that count for it ('t' and 's' for the fence's judgement, 's' for the
--- shadow's). token ≤ floor → stale; never issued or token > issued → forged; token < h →
+-- highest it is judged against: the greater of the fence and the shadow record (both
+-- name tokens whose writes reached the upstream: a route switched from shadow to
+-- enforced starts from what the shadow period saw), raised by the writing admissions
+-- before i in this batch. token ≤ floor → stale; never issued or token > issued → forged; token < h →
 -- stale; a_lease[i] and the key's live lease is not this token → lease-expired; else ok.
 -- lower_inflight counts the key's entries below the token that still count (their
 -- session lives, or their write was delivering: bound_ms > 0), the committed ones and
@@ -235,8 +234,7 @@ BEGIN
            l.key IS NOT NULL AND (r.rec = 'f' OR l.key = ANY (locked)) AS found,
            greatest(l.floor, n.epoch_floor) AS floor,
            l.issued,
-           CASE WHEN r.rec = 's' THEN l.shadow_highest
-                ELSE greatest(l.highest, l.shadow_highest) END AS fence,
+           greatest(l.highest, l.shadow_highest) AS fence,
            (l.lease_id IS NOT NULL AND l.expires_at > n.now AND l.token = r.token) AS lease_live
       FROM req r
      CROSS JOIN n
@@ -251,17 +249,10 @@ BEGIN
     -- The highest when i comes: the key's, raised by earlier writing admissions that
     -- passed (one that passed but was stale is below it, so taking it changes nothing).
     SELECT p.*,
-           CASE WHEN p.rec = 's' THEN
-             greatest(p.fence,
-                      max(p.token) FILTER (WHERE p.rec = 's' AND p.passes)
-                        OVER (PARTITION BY p.lock ORDER BY p.ord
-                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
-           ELSE
-             greatest(p.fence,
-                      max(p.token) FILTER (WHERE p.rec <> 'f' AND p.passes)
-                        OVER (PARTITION BY p.lock ORDER BY p.ord
-                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
-           END AS h
+           greatest(p.fence,
+                    max(p.token) FILTER (WHERE p.rec <> 'f' AND p.passes)
+                      OVER (PARTITION BY p.lock ORDER BY p.ord
+                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)) AS h
       FROM passing p
   ), judged AS (
     SELECT r.*,

@@ -28,27 +28,24 @@
 -- -> forged; at or below the epoch floor (max of the key's floor and the global floor)
 -- -> stale; above the highest issued -> forged; below the highest admitted -> stale;
 -- check 'lease' and not the live lease's token -> lease-expired.
--- The fence judged is the higher of the enforced fence and the shadow record, so a route
--- switched from shadow mode to enforcement starts from what the shadow period admitted.
+-- Every admission is judged against the higher of the enforced fence and the shadow
+-- record: both name tokens whose writes reached the upstream (a route switched from
+-- shadow mode to enforcement starts from what the shadow period admitted; a shadow route
+-- sees a write of an enforced route on the same lock).
 -- When admitted and record == '1': highest := max(that, token) and the write's in-flight
 -- entry is added, owned by the gateway session, with its delivery bound when nothing lower
 -- is in flight (it leaves at once), else '0' (it waits; deliver.lua marks it before it is
 -- sent). An entry has no deadline: it counts until finished or until its session ends,
 -- and a delivering one for its bound after that (docs/adr/0005, 0018).
--- record == 's' (shadow mode): the same checks against the shadow record alone, which an
--- admission raises; nothing else is written. record == '0': the verdict only.
+-- record == 's' (shadow mode): the same checks; an admission raises the shadow record
+-- alone, nothing else is written. record == '0': the verdict only.
 local function admit(ctrKey, leaseKey, fenceKey, infKey, globalFloor, token, check, requestId, session, record, bound)
   if not fg_is_token(token) then return 'malformed', '', '' end
 
   local ctr = redis.call('HMGET', ctrKey, 'issued', 'floor', 'shadow')
   local issued = ctr[1]
-  local highest
-  if record == 's' then
-    highest = ctr[3]
-  else
-    highest = redis.call('GET', fenceKey)
-    if ctr[3] and (not highest or fg_cmp(ctr[3], highest) > 0) then highest = ctr[3] end
-  end
+  local highest = redis.call('GET', fenceKey)
+  if ctr[3] and (not highest or fg_cmp(ctr[3], highest) > 0) then highest = ctr[3] end
   local shownHighest = highest or ''
 
   if not issued then return 'forged', shownHighest, '' end
