@@ -30,7 +30,12 @@ export interface PgKindFixture {
   sql(text: string, params?: unknown[]): Promise<Record<string, unknown>[]>;
   rows(
     url?: string,
-    opts?: { preparedStatements?: boolean; poolSize?: number; pooler?: 'none' | 'transaction' },
+    opts?: {
+      preparedStatements?: boolean;
+      poolSize?: number;
+      pooler?: 'none' | 'transaction';
+      timeoutMs?: number;
+    },
   ): PostgresRows;
   route(table: string, key: string, columns: string[], params?: string[]): PostgresRouteSettings;
   close(): Promise<void>;

@@ -98,6 +98,12 @@ export function classifyDbError(err: unknown, upstream: string): Classified {
       log: 'prepared statements behind a transaction pooler; set "pooler: transaction" on the upstream',
     };
   }
+  if (code === '08P01') {
+    // PgBouncer in transaction mode refuses startup parameters it does not track.
+    return unavailable(
+      'the database (or a pooler in front of it) refused the connection (SQLSTATE 08P01); behind a transaction pooler the upstream needs "pooler: transaction"',
+    );
+  }
   if (
     code.startsWith('08') ||
     code.startsWith('53') ||
