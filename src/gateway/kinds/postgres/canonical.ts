@@ -31,7 +31,7 @@ const refused = (message: string): UrlValue => ({ kind: 'refused', message });
 
 /** The refusal of a spelling that names a valid value in another form. */
 export function notCanonical(raw: string, canonical: string): string {
-  return `must be written "${canonical}", the one spelling of this value (not "${raw}")`;
+  return `must be spelled as the column prints it: "${canonical}" (not "${raw}")`;
 }
 
 function integer(col: Column, raw: string): UrlValue {

@@ -34,7 +34,7 @@ export class ValueJudge {
         if (code === undefined || !code.startsWith('22')) throw err;
         const bad = await this.firstInvalid(asked.map((u) => [u.col, u.raw]));
         const u = asked.find((a) => a.col === bad) ?? asked[0];
-        return urlRefusal(u as UrlInput, `is not a valid ${(u as UrlInput).col.declared}`);
+        return urlRefusal(u as UrlInput, `not a valid ${(u as UrlInput).col.declared}`);
       }
     }
     const out: string[] = [];
@@ -66,7 +66,7 @@ export class ValueJudge {
       const detail =
         col === undefined
           ? `the database refused a value (SQLSTATE ${code})`
-          : `"${col.name}" is not a valid ${col.declared} (SQLSTATE ${code})`;
+          : `"${col.name}": not a valid ${col.declared} (SQLSTATE ${code})`;
       return { ok: false, problem: invalidRow(detail, col?.name), byType: true };
     }
   }
@@ -98,5 +98,5 @@ export class ValueJudge {
 }
 
 function urlRefusal(u: UrlInput, message: string): TypeRefusal {
-  return { ...refuse(`"${u.field}" ${message}`, u.field), byType: true };
+  return { ...refuse(`"${u.field}": ${message}`, u.field), byType: true };
 }

@@ -48,7 +48,7 @@ export function checkRow(
   for (const [name, value] of body) {
     if (name === shape.key.name) {
       const e = encode(shape.key, value);
-      if (!e.ok) return refuseByType(`"${name}" ${e.message}`, name);
+      if (!e.ok) return refuseByType(`"${name}": ${e.message}`, name);
       if (e.text !== keyText)
         return refuse(
           `"${name}" in the body differs from the key in the path (${JSON.stringify(keyText)})`,
@@ -64,7 +64,7 @@ export function checkRow(
     const value = body.get(col.name);
     if (value === undefined) continue;
     const e = encode(col, value);
-    if (!e.ok) return refuseByType(`"${col.name}" ${e.message}`, col.name);
+    if (!e.ok) return refuseByType(`"${col.name}": ${e.message}`, col.name);
     given.push(col);
     params.push(e.text);
   }
