@@ -8,16 +8,15 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULTS, type ServeConfig } from '../../src/config.js';
-import { startServer, type RunningServer } from '../../src/server.js';
+import type { RunningServer } from '../../src/server.js';
 import { pgKindFixture, PG_URL, type PgKindFixture } from '../helpers/pg-kind.js';
-import { deleteRedisPrefix, REDIS_URL, uniqueName } from '../helpers/stores.js';
+import { startRedisServerWith, type TestServer } from '../helpers/running-server.js';
 
 describe('kind: postgres over HTTP', () => {
   let f: PgKindFixture;
+  let server: TestServer;
   let srv: RunningServer;
   let dir: string;
-  let namespace: string;
 
   beforeAll(async () => {
     f = await pgKindFixture();
@@ -53,25 +52,14 @@ describe('kind: postgres over HTTP', () => {
         '',
       ].join('\n'),
     );
-    namespace = uniqueName('fgpgh');
-    const config: ServeConfig = {
-      ...DEFAULTS,
-      store: REDIS_URL,
-      storeNamespace: namespace,
-      allowVolatileRedis: true,
-      listen: { host: '127.0.0.1', port: 0 },
-      control: { host: '127.0.0.1', port: 0 },
-      policies: policy,
-      logLevel: 'silent',
-    };
-    srv = await startServer(config);
+    server = await startRedisServerWith(policy, 'fgpgh');
+    srv = server.srv;
   });
 
   afterAll(async () => {
-    await srv?.close();
+    await server?.close();
     await f?.close();
     await rm(dir, { recursive: true, force: true });
-    await deleteRedisPrefix(REDIS_URL, namespace);
   });
 
   async function acquire(lock: string, owner: string): Promise<string> {
