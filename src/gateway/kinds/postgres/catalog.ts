@@ -32,7 +32,7 @@ interface Read {
 }
 
 export class TableCatalog {
-  private readonly cached = new Map<string, Promise<TableColumns>>();
+  private readonly cached = new Map<string, TableColumns>();
   private readonly reading = new Map<string, Read>();
   /** When the read whose columns are cached began: an older read finishing later is not kept. */
   private readonly cachedFrom = new Map<string, number>();
@@ -46,11 +46,9 @@ export class TableCatalog {
     return this.ticks;
   }
 
-  /** The columns of `qualified`, as last read. */
-  columns(qualified: string): Promise<TableColumns> {
-    const have = this.cached.get(qualified);
-    if (have !== undefined) return have;
-    return this.read(qualified, -1).done;
+  /** The columns of `qualified`, as last read (at once when they are known). */
+  columns(qualified: string): TableColumns | Promise<TableColumns> {
+    return this.cached.get(qualified) ?? this.read(qualified, -1).done;
   }
 
   /**
@@ -73,10 +71,10 @@ export class TableCatalog {
     if (inFlight !== undefined && inFlight.began > since) return inFlight;
     const began = ++this.ticks;
     const done = this.load(qualified).then(
-      async (rows) => {
+      (rows) => {
         const next = rows.map(columnOf);
         const signature = JSON.stringify(next);
-        const prev = await this.cached.get(qualified)?.catch(() => undefined);
+        const prev = this.cached.get(qualified);
         const cols =
           prev !== undefined && prev.signature === signature
             ? prev
@@ -98,7 +96,7 @@ export class TableCatalog {
     if (this.reading.get(qualified) === read) this.reading.delete(qualified);
     if ((this.cachedFrom.get(qualified) ?? 0) > read.began) return;
     if (cols === null) return this.forget(qualified);
-    this.cached.set(qualified, Promise.resolve(cols));
+    this.cached.set(qualified, cols);
     this.cachedFrom.set(qualified, read.began);
   }
 }

@@ -18,57 +18,50 @@ export class ValueJudge {
 
   /**
    * Values from the URL as parameters, each in its canonical text or refused (naming its
-   * field); the ones only Postgres can print canonically are asked in one statement.
+   * field): at once when the gateway judges them all (the usual key), else once Postgres
+   * printed the others, asked in one statement.
    */
-  async urlValues(inputs: readonly UrlInput[]): Promise<Checked<string[]> | TypeRefusal> {
-    const asked = inputs.filter((u) => u.check.kind === 'ask');
-    let printed: (string | null)[] = [];
-    if (asked.length > 0) {
-      const text = sql.canonicalTexts(
-        asked.map((u, i) => (u.check.kind === 'ask' ? u.check.sql(i + 1) : '')),
-      );
-      try {
-        printed = (await this.runner.run({ text, values: asked.map((u) => u.raw), writes: false }))[0] ?? [];
-      } catch (err) {
-        const code = errorCode(err);
-        if (code === undefined || !code.startsWith('22')) throw err;
-        const bad = await this.firstInvalid(asked.map((u) => [u.col, u.raw]));
-        const u = asked.find((a) => a.col === bad) ?? asked[0];
-        return urlRefusal(u as UrlInput, `not a valid ${(u as UrlInput).col.declared}`);
-      }
-    }
-    const out: string[] = [];
-    for (const u of inputs) {
-      const i = asked.indexOf(u);
-      const check = i < 0 ? u.check : answered(u.col, u.raw, printed[i] ?? '');
-      if (check.kind !== 'ok')
-        return urlRefusal(u, check.kind === 'refused' ? check.message : 'was not judged');
-      out.push(check.text);
-    }
-    return { ok: true, value: out };
+  urlValues(inputs: readonly UrlInput[]): Judged<string[]> | Promise<Judged<string[]>> {
+    return inputs.some((u) => u.check.kind === 'ask') ? this.asked(inputs) : collect(inputs, [], []);
   }
 
-  /**
-   * A row statement; a value Postgres refuses (SQLSTATE class 22: a day 30 in February,
-   * a malformed array, a numeric overflow) is 400 naming its column, found by casting
-   * each parameter alone (only on this path).
-   */
-  async rows(
-    st: Statement,
-    params: readonly [Column, string | null][],
-  ): Promise<Checked<Rows> | TypeRefusal> {
+  private async asked(inputs: readonly UrlInput[]): Promise<Judged<string[]>> {
+    const asked = inputs.filter((u) => u.check.kind === 'ask');
+    const text = sql.canonicalTexts(asked.map((u, i) => (u.check.kind === 'ask' ? u.check.sql(i + 1) : '')));
+    let printed: (string | null)[];
     try {
-      return { ok: true, value: await this.runner.run(st) };
+      printed = (await this.runner.run({ text, values: asked.map((u) => u.raw), writes: false }))[0] ?? [];
     } catch (err) {
       const code = errorCode(err);
       if (code === undefined || !code.startsWith('22')) throw err;
-      const col = await this.firstInvalid(params);
-      const detail =
-        col === undefined
-          ? `the database refused a value (SQLSTATE ${code})`
-          : `"${col.name}": not a valid ${col.declared} (SQLSTATE ${code})`;
-      return { ok: false, problem: invalidRow(detail, col?.name), byType: true };
+      const bad = await this.firstInvalid(asked.map((u) => [u.col, u.raw]));
+      const u = (asked.find((a) => a.col === bad) ?? asked[0]) as UrlInput;
+      return urlRefusal(u, `not a valid ${u.col.declared}`);
     }
+    return collect(inputs, asked, printed);
+  }
+
+  /**
+   * A row statement's rows; a value Postgres refuses (SQLSTATE class 22: a day 30 in
+   * February, a malformed array, a numeric overflow) is 400 naming its column, found by
+   * casting each parameter alone (only on this path).
+   */
+  rows(st: Statement, params: readonly [Column, string | null][]): Promise<Judged<Rows>> {
+    return this.runner.run(st).then(
+      (value) => ({ ok: true, value }),
+      (err: unknown) => this.refusedValue(err, params),
+    );
+  }
+
+  private async refusedValue(err: unknown, params: readonly [Column, string | null][]): Promise<TypeRefusal> {
+    const code = errorCode(err);
+    if (code === undefined || !code.startsWith('22')) throw err;
+    const col = await this.firstInvalid(params);
+    const detail =
+      col === undefined
+        ? `the database refused a value (SQLSTATE ${code})`
+        : `"${col.name}": not a valid ${col.declared} (SQLSTATE ${code})`;
+    return { ok: false, problem: invalidRow(detail, col?.name), byType: true };
   }
 
   /**
@@ -95,6 +88,25 @@ export class ValueJudge {
     }
     return cut;
   }
+}
+
+type Judged<T> = Checked<T> | TypeRefusal;
+
+/** The parameters of `inputs`, those in `asked` judged by what Postgres `printed` for them. */
+function collect(
+  inputs: readonly UrlInput[],
+  asked: readonly UrlInput[],
+  printed: readonly (string | null)[],
+): Judged<string[]> {
+  const out: string[] = [];
+  for (const u of inputs) {
+    const i = asked.indexOf(u);
+    const check = i < 0 ? u.check : answered(u.col, u.raw, printed[i] ?? '');
+    if (check.kind !== 'ok')
+      return urlRefusal(u, check.kind === 'refused' ? check.message : 'was not judged');
+    out.push(check.text);
+  }
+  return { ok: true, value: out };
 }
 
 function urlRefusal(u: UrlInput, message: string): TypeRefusal {

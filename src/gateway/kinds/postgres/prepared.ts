@@ -25,24 +25,26 @@
 export const MAX_NAMED = 256;
 
 export class StatementNames {
-  private readonly names = new Map<string, string>();
+  /** Per table generation, the name of each text. */
+  private readonly names = new Map<number, Map<string, string>>();
+  private count = 0;
 
   constructor(private readonly enabled: boolean) {}
 
   /** The name to run `text` under for a table of `generation`; undefined: run it unnamed. */
   of(text: string, generation: number): string | undefined {
     if (!this.enabled) return undefined;
-    const key = `${generation}\u0000${text}`;
-    let name = this.names.get(key);
-    if (name === undefined && this.names.size < MAX_NAMED) {
-      name = `fg${this.names.size + 1}`;
-      this.names.set(key, name);
-    }
-    return name;
+    const texts = this.names.get(generation);
+    const name = texts?.get(text);
+    if (name !== undefined || this.count >= MAX_NAMED) return name;
+    const given = `fg${++this.count}`;
+    if (texts === undefined) this.names.set(generation, new Map([[text, given]]));
+    else texts.set(text, given);
+    return given;
   }
 
   /** How many texts have a name. */
   get size(): number {
-    return this.names.size;
+    return this.count;
   }
 }

@@ -71,7 +71,8 @@ export class PostgresRows {
   private readonly runner: StatementRunner;
   /** Values only Postgres can judge (judge.ts). */
   private readonly judge: ValueJudge;
-  private fenceReady: Promise<void> | null = null;
+  /** The fence table's creation: in flight, or done (true). */
+  private fenceReady: Promise<void> | true | null = null;
   /** The quoted fence table, `"<fenceSchema>".fences`. */
   private readonly fenceTable: string;
   /** The row statements' names: each connection parses and plans one once (prepared.ts). */
@@ -113,7 +114,8 @@ export class PostgresRows {
       let cols: TableColumns | null = null;
       let out: Attempt;
       try {
-        cols = await this.catalog.columns(qualified);
+        const known = this.catalog.columns(qualified);
+        cols = known instanceof Promise ? await known : known;
         const shape = this.shape(route, qualified, cols);
         out = shape.ok ? await this.run(shape.value, op) : shape;
       } catch (err) {
@@ -148,7 +150,8 @@ export class PostgresRows {
 
   private async run(shape: TableShape, op: RowOp): Promise<Attempt> {
     if (op.op === 'list') return this.list(shape, op.query);
-    const key = await this.judge.urlValues([urlInput(shape.key, shape.key.name, op.key)]);
+    const judged = this.judge.urlValues([urlInput(shape.key, shape.key.name, op.key)]);
+    const key = judged instanceof Promise ? await judged : judged;
     if (!key.ok) return key;
     const keyText = key.value[0] as string;
     const columns = sql.rowColumns(shape);
@@ -186,7 +189,8 @@ export class PostgresRows {
       if (!done.ok) return done;
       written = done.value[0];
     } else {
-      await this.ensureFenceTable();
+      const ready = this.ensureFenceTable();
+      if (ready !== true) await ready;
       const token = formatToken(fence.token);
       const fenced = { ...st, text: sql.fencedWrite(this.fenceTable, text, values.length), offset: 1 };
       const done = await this.judge.rows({ ...fenced, values: [...values, fence.lock, token] }, params);
@@ -206,7 +210,8 @@ export class PostgresRows {
     if (!q.ok) return q;
     const { filters, after, limit, rest } = q.value;
     const inputs = after === null ? filters : [...filters, after];
-    const texts = await this.judge.urlValues(inputs);
+    const judged = this.judge.urlValues(inputs);
+    const texts = judged instanceof Promise ? await judged : judged;
     if (!texts.ok) return texts;
     const columns = sql.rowColumns(shape);
     const got = await this.judge.rows(
@@ -280,7 +285,7 @@ export class PostgresRows {
   }
 
   /** Creates the fence schema and table once (under an advisory lock: gateways start together). */
-  private ensureFenceTable(): Promise<void> {
+  private ensureFenceTable(): Promise<void> | true {
     this.fenceReady ??= (async () => {
       const table = `${this.settings.fenceSchema.replace(/"/g, '""')}`;
       const present = await this.runner.run({
@@ -288,11 +293,12 @@ export class PostgresRows {
         values: [`"${table}".fences`],
         writes: false,
       });
-      if (present[0]?.[0] === 't') return;
-      await this.runner.transaction(async (client) => {
-        await client.query(this.q.fence_ddl_lock, [this.settings.fenceSchema]);
-        await client.query(this.q.fence_ddl);
-      });
+      if (present[0]?.[0] !== 't')
+        await this.runner.transaction(async (client) => {
+          await client.query(this.q.fence_ddl_lock, [this.settings.fenceSchema]);
+          await client.query(this.q.fence_ddl);
+        });
+      this.fenceReady = true;
     })().catch((err: unknown) => {
       this.fenceReady = null;
       throw err;

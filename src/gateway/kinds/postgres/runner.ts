@@ -58,54 +58,54 @@ export class StatementRunner {
 
   async run(s: Statement): Promise<Rows> {
     const name = s.generation === undefined ? undefined : this.names.of(s.text, s.generation);
-    return this.withClient(async (client) => {
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
       const checked = this.checkedOn(client);
-      const once = (rows: Rows): Rows => {
-        if (name !== undefined) checked.add(name);
-        return rows;
-      };
+      let res: pg.QueryResult<(string | null)[]>;
       if (this.mode.local || (s.writes && (name === undefined || !checked.has(name)))) {
-        return this.within(client, async () => {
-          const res = await this.execute(client, s, name);
-          if (!sameTypes(res.fields, s)) throw new SchemaChanged();
-          return once(res.rows);
+        res = await this.within(client, async () => {
+          const inside = await this.execute(client, s, name);
+          if (!sameTypes(inside.fields, s)) throw new SchemaChanged();
+          return inside;
         });
+      } else {
+        res = await this.execute(client, s, name);
+        if (!sameTypes(res.fields, s)) {
+          // A write here is prepared and was checked on this connection: Postgres holds
+          // its result to those types (0A000 otherwise), and it has committed.
+          if (s.writes) throw new Error('a checked prepared write reported other column types');
+          throw new SchemaChanged();
+        }
       }
-      const res = await this.execute(client, s, name);
-      if (!sameTypes(res.fields, s)) {
-        // A write here is prepared and was checked on this connection: Postgres holds its
-        // result to those types (0A000 otherwise), and it has committed.
-        if (s.writes) throw new Error('a checked prepared write reported other column types');
-        throw new SchemaChanged();
-      }
-      return once(res.rows);
-    });
+      if (name !== undefined) checked.add(name);
+      return res.rows;
+    } catch (err) {
+      broken = brokenBy(err);
+      throw err;
+    } finally {
+      client.release(broken);
+    }
   }
 
   /** `fn` inside one transaction of the session mode (the DDL of the fence table). */
-  transaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-    return this.withClient((client) => this.within(client, () => fn(client)));
+  async transaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
+      return await this.within(client, () => fn(client));
+    } catch (err) {
+      broken = brokenBy(err);
+      throw err;
+    } finally {
+      client.release(broken);
+    }
   }
 
   private checkedOn(client: object): Set<string> {
     let set = this.checked.get(client);
     if (set === undefined) this.checked.set(client, (set = new Set()));
     return set;
-  }
-
-  private async withClient<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-    const client = await this.pool.connect();
-    let broken: Error | undefined;
-    try {
-      return await fn(client);
-    } catch (err) {
-      // A statement's error leaves the connection (and what it prepared) usable; a lost
-      // or hung one does not.
-      if (connectionBroken(err)) broken = err instanceof Error ? err : new Error(String(err));
-      throw err;
-    } finally {
-      client.release(broken);
-    }
   }
 
   private async within<T>(client: pg.PoolClient, fn: () => Promise<T>): Promise<T> {
@@ -142,6 +142,15 @@ export class StatementRunner {
       throw err;
     }
   }
+}
+
+/**
+ * What to release a connection with after `err`: a statement's error leaves the
+ * connection (and what it prepared) usable; a lost or hung one is dropped.
+ */
+function brokenBy(err: unknown): Error | undefined {
+  if (!connectionBroken(err)) return undefined;
+  return err instanceof Error ? err : new Error(String(err));
 }
 
 /** Whether the result reports the types and modifiers of the statement's columns. */
