@@ -193,6 +193,20 @@ describe.each([
     );
   });
 
+  it('a domain column: its base type, its modifier and its checks', async () => {
+    await f.sql(`CREATE DOMAIN {s}.price AS numeric(5,2) CHECK (VALUE > 0);
+      CREATE DOMAIN {s}.code AS char(3);
+      CREATE TABLE {s}.dom (id integer PRIMARY KEY, p {s}.price, c {s}.code)`);
+    const dom = f.route('dom', 'id', ['p', 'c']);
+    const write = (body: string) =>
+      rows.execute(dom, { op: 'put', key: '1', body: rowBody(body), fence: null });
+    expect(text(await write('{"p": 1.5, "c": "AB"}'))).toBe('{"id":1,"p":"1.50","c":"AB"}');
+    expect(refusal(await write('{"p": 1.234}'))).toMatchObject({ status: 400, column: 'p' });
+    expect(refusal(await write('{"c": "ABCD"}'))).toMatchObject({ status: 400, column: 'c' }); // never cut to ABC
+    expect(refusal(await write('{"p": -1}'))).toMatchObject({ status: 409, code: 'constraint-violation' });
+    expect(await f.sql(`SELECT p::text, c::text FROM {s}.dom`)).toEqual([{ p: '1.50', c: 'AB' }]);
+  });
+
   it('refuses a value the column would not hold as sent, naming the column, writing nothing', async () => {
     await put('1', '{"tx": "orig"}');
     const cases: [string, string][] = [

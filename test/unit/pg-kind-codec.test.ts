@@ -90,6 +90,10 @@ describe('postgres kind: numbers judged exactly', () => {
     expect(encode(col('int2'), num('32768'))).toMatchObject({ ok: false });
     expect(encode(col('int4'), num('1.5'))).toMatchObject({ ok: false });
     expect(encode(col('int4'), num('-0'))).toEqual({ ok: true, text: '0' });
+    // An exponent past any type's: refused, never a JS error.
+    for (const base of ['int4', 'int8', 'numeric', 'float8', 'float4'])
+      for (const raw of ['1e9999999', '-1E+99999999999', '1e-9999999'])
+        expect(encode(col(base), num(raw)), `${base} ${raw}`).toMatchObject({ ok: false });
   });
 
   it('numeric(p,s): refused rather than rounded; unconstrained numeric takes every digit', () => {

@@ -108,8 +108,8 @@ export function textIn(col: Column, s: string): Encoded {
   return ok(s);
 }
 
-function numericIn(col: Column, text: string, d: Decimal | null): Encoded {
-  if (d === null) return bad('expected a decimal number');
+function numericIn(col: Column, text: string, d: Decimal | null, isNumber = false): Encoded {
+  if (d === null) return bad(isNumber ? `is out of range for ${col.declared}` : 'expected a decimal number');
   const { precision, scale } = col.mods;
   if (precision !== null && scale !== null) {
     const problem = numericProblem(d, precision, scale);
@@ -139,13 +139,13 @@ export function encode(col: Column, v: BodyValue): Encoded {
       if (v.kind === 'string' && DECIMAL_INT.test(v.value)) return integerIn(col, v.value);
       return bad('expected an integer as a decimal string');
     case 'numeric':
-      if (v.kind === 'number') return numericIn(col, v.raw, parseDecimal(v.raw));
+      if (v.kind === 'number') return numericIn(col, v.raw, parseDecimal(v.raw), true);
       if (v.kind !== 'string') return bad('expected a decimal number as a string');
       return NUMERIC_WORDS.has(v.value) ? ok(v.value) : numericIn(col, v.value, parseDecimal(v.value));
     case 'float': {
       if (v.kind === 'string' && NUMERIC_WORDS.has(v.value)) return ok(v.value);
       if (v.kind !== 'number') return bad('expected a number');
-      const problem = floatProblem(v.raw, parseDecimal(v.raw) as Decimal, col.baseType === 'float4');
+      const problem = floatProblem(v.raw, parseDecimal(v.raw), col.baseType === 'float4');
       return problem === null ? ok(v.raw) : bad(problem);
     }
     case 'json':
@@ -175,7 +175,9 @@ export function encode(col: Column, v: BodyValue): Encoded {
 /** A JSON number as an integer of the column, as plain digits (1e3 → 1000), or why not. */
 function integerNumber(col: Column, raw: string): Encoded {
   if (DECIMAL_INT.test(raw) && raw.length < 20) return integerIn(col, raw === '-0' ? '0' : raw);
-  const d = parseDecimal(raw) as Decimal;
+  const d = parseDecimal(raw);
+  // An exponent past a million: no integer type holds it.
+  if (d === null) return bad(`is out of range for ${col.declared}`);
   if (d.exp < 0) return bad('expected an integer');
   const digits = integerText(d);
   return digits === null ? bad(`is out of range for ${col.declared}`) : integerIn(col, digits);

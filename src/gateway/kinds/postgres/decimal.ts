@@ -76,14 +76,15 @@ function shortestFloat4(f: number): string {
  * column reads back the shortest decimal of its binary value; a number is accepted when
  * that is the number sent, so what is written is what is read.
  */
-export function floatProblem(raw: string, d: Decimal, float4: boolean): string | null {
+export function floatProblem(raw: string, d: Decimal | null, float4: boolean): string | null {
   const type = float4 ? 'real' : 'double precision';
   const n = float4 ? Math.fround(Number(raw)) : Number(raw);
   if (!Number.isFinite(n)) return `is out of range for ${type}`;
-  if (d.digits === '') return null;
+  // d is null for an exponent past a million: 1e-9999999 is below every float.
+  if (d !== null && d.digits === '') return null;
   if (n === 0) return `is too small for ${type} (it would be stored as 0)`;
   const back = float4 ? shortestFloat4(n) : String(n);
   const same = parseDecimal(back);
-  if (same !== null && sameDecimal(same, d)) return null;
+  if (same !== null && d !== null && sameDecimal(same, d)) return null;
   return `is not exactly a ${type} (it would read back as ${back})`;
 }
