@@ -24,9 +24,11 @@ export interface RawUpstream {
   url: string;
   timeoutMs?: number;
   breaker?: RawBreaker;
+  /** kind: postgres: `transaction` behind a transaction pooler such as PgBouncer. */
+  pooler?: 'none' | 'transaction';
   /** kind: postgres: the schema of the fence table in the target database. */
   fenceSchema?: string;
-  /** kind: postgres: prepare each statement once per connection (default true). */
+  /** kind: postgres: prepare each statement once per connection (default true; false with a pooler). */
   preparedStatements?: boolean;
   /** kind: postgres: connections to the database, at most (default 10). */
   poolSize?: number;
@@ -115,6 +117,7 @@ const upstream = {
     url: { type: 'string', minLength: 1 },
     timeoutMs: ms(1, 600_000),
     breaker,
+    pooler: { enum: ['none', 'transaction'] },
     fenceSchema: { type: 'string', minLength: 1 },
     preparedStatements: { type: 'boolean' },
     poolSize: ms(1, 1_000),

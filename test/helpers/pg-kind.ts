@@ -3,6 +3,7 @@
  * fence schema in the shared test database (both dropped after; shared schemas are
  * never touched), and PostgresRows runtimes on them.
  */
+import { parseRowObject, type BodyValue } from '../../src/gateway/kinds/postgres/json-body.js';
 import { PostgresRows } from '../../src/gateway/kinds/postgres/rows.js';
 import {
   compilePostgresRoute,
@@ -15,12 +16,27 @@ export { PG_URL };
 
 export const quietLog = { warn: () => {}, error: () => {} };
 
+/** A write's body as the kind reads it: from an object (JSON.stringify) or from JSON text as sent. */
+export function rowBody(body: Record<string, unknown> | string): Map<string, BodyValue> {
+  const parsed = parseRowObject(Buffer.from(typeof body === 'string' ? body : JSON.stringify(body)));
+  if (!parsed.ok) throw new Error(parsed.message);
+  return parsed.members;
+}
+
 export interface PgKindFixture {
   schema: string;
   fenceSchema: string;
   /** Runs SQL on a fresh client ({s} is replaced by the quoted table schema, {f} by the fence schema). */
   sql(text: string, params?: unknown[]): Promise<Record<string, unknown>[]>;
-  rows(url?: string, opts?: { preparedStatements?: boolean; poolSize?: number }): PostgresRows;
+  rows(
+    url?: string,
+    opts?: {
+      preparedStatements?: boolean;
+      poolSize?: number;
+      pooler?: 'none' | 'transaction';
+      timeoutMs?: number;
+    },
+  ): PostgresRows;
   route(table: string, key: string, columns: string[], params?: string[]): PostgresRouteSettings;
   close(): Promise<void>;
 }

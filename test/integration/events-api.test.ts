@@ -7,16 +7,16 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { DEFAULTS, type ServeConfig } from '../../src/config.js';
 import { buildControl } from '../../src/control.js';
 import { Issuer } from '../../src/issuer/service.js';
 import { EventLog, type FenceEvent } from '../../src/observe/events.js';
 import { createMetrics } from '../../src/observe/metrics.js';
 import { startSampleUpstream, type SampleUpstream } from '../../src/sample/index.js';
-import { startServer, type RunningServer } from '../../src/server.js';
+import type { RunningServer } from '../../src/server.js';
 import { pgKindFixture, PG_URL, type PgKindFixture } from '../helpers/pg-kind.js';
 import { openSse } from '../helpers/sse.js';
-import { deleteRedisPrefix, REDIS_URL, STORE_FIXTURES, uniqueName, type Harness } from '../helpers/stores.js';
+import { startRedisServerWith, type TestServer } from '../helpers/running-server.js';
+import { STORE_FIXTURES, type Harness } from '../helpers/stores.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -30,9 +30,9 @@ interface Lease {
 describe('events API on a running server', () => {
   let sample: SampleUpstream;
   let pgKind: PgKindFixture;
+  let server: TestServer;
   let srv: RunningServer;
   let dir: string;
-  let namespace: string;
 
   async function post(path: string, body: unknown) {
     const res = await fetch(`${srv.control}${path}`, {
@@ -112,26 +112,15 @@ describe('events API on a running server', () => {
         '',
       ].join('\n'),
     );
-    namespace = uniqueName('fgev');
-    const config: ServeConfig = {
-      ...DEFAULTS,
-      store: REDIS_URL,
-      storeNamespace: namespace,
-      allowVolatileRedis: true,
-      listen: { host: '127.0.0.1', port: 0 },
-      control: { host: '127.0.0.1', port: 0 },
-      policies: policy,
-      logLevel: 'silent',
-    };
-    srv = await startServer(config);
+    server = await startRedisServerWith(policy, 'fgev');
+    srv = server.srv;
   });
 
   afterAll(async () => {
-    await srv?.close();
+    await server?.close();
     await sample?.close();
     await pgKind?.close();
     await rm(dir, { recursive: true, force: true });
-    await deleteRedisPrefix(REDIS_URL, namespace);
   });
 
   it('a stale write is an event naming the owner of the presented token; lease troubles are events', async () => {

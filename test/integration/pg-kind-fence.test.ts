@@ -7,7 +7,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { PostgresRows, RowOutcome } from '../../src/gateway/kinds/postgres/rows.js';
-import { pgKindFixture, type PgKindFixture } from '../helpers/pg-kind.js';
+import { pgKindFixture, rowBody, type PgKindFixture } from '../helpers/pg-kind.js';
 
 interface Attempt {
   id: string;
@@ -49,7 +49,7 @@ describe('postgres kind: fenced writers on two runtimes', () => {
       const out: RowOutcome = await rows.execute(route, {
         op,
         key: id,
-        body: { tok: token.toString(), writer },
+        body: rowBody({ tok: token.toString(), writer }),
         fence: { lock: `order:${id}`, token },
       });
       const outcome = out.ok ? 'applied' : out.problem.code === 'stale-token' ? 'stale' : 'other';

@@ -15,8 +15,10 @@ describe('postgres kind settings', () => {
         connectionString: 'postgres://app:s3cret@db:5432/shop',
         where: 'postgres://db:5432/shop',
         fenceSchema: 'fencegate',
+        pooler: 'none',
         preparedStatements: true,
         poolSize: 10,
+        statementTimeoutMs: 5000,
       },
     });
     const missing = compilePostgresUpstream({ url: 'postgres://app:${DB_PASSWORD}@db/shop' }, env);
@@ -35,9 +37,29 @@ describe('postgres kind settings', () => {
     const r = compilePostgresUpstream({ url: '${P} x' }, { P: 'hunter2' });
     expect(JSON.stringify(r)).not.toContain('hunter2');
     expect(compilePostgresUpstream({ url: 'postgres://db/x', fenceSchema: 'pg_x' }, {}).ok).toBe(false);
+    // A transaction pooler: settings inside each transaction, statements unnamed unless told.
+    expect(compilePostgresUpstream({ url: 'postgres://db/x', pooler: 'transaction' }, {})).toMatchObject({
+      ok: true,
+      value: { pooler: 'transaction', preparedStatements: false },
+    });
+    expect(
+      compilePostgresUpstream(
+        { url: 'postgres://db/x', pooler: 'transaction', preparedStatements: true },
+        {},
+      ),
+    ).toMatchObject({ ok: true, value: { pooler: 'transaction', preparedStatements: true } });
+    // preparedStatements: false alone declared a pooler before `pooler` existed, and still does.
     expect(compilePostgresUpstream({ url: 'postgres://db/x', preparedStatements: false }, {})).toMatchObject({
       ok: true,
-      value: { preparedStatements: false },
+      value: { pooler: 'transaction', preparedStatements: false },
+    });
+    expect(
+      compilePostgresUpstream({ url: 'postgres://db/x', pooler: 'none', preparedStatements: false }, {}),
+    ).toMatchObject({ ok: true, value: { pooler: 'none', preparedStatements: false } });
+    // The upstream's timeoutMs is a statement's timeout.
+    expect(compilePostgresUpstream({ url: 'postgres://db/x', timeoutMs: 250 }, {})).toMatchObject({
+      ok: true,
+      value: { statementTimeoutMs: 250 },
     });
     expect(compilePostgresUpstream({ url: 'postgres://db/x', poolSize: 3 }, {})).toMatchObject({
       ok: true,

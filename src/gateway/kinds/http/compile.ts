@@ -7,7 +7,7 @@ import type { RawUpstream } from '../../../policy/schema.js';
 import type { UpstreamCompileResult } from '../types.js';
 
 /** Upstream fields of the postgres kind, an error on an upstream spoken to over HTTP. */
-const POSTGRES_ONLY = ['fenceSchema', 'preparedStatements', 'poolSize'] as const;
+const POSTGRES_ONLY = ['pooler', 'fenceSchema', 'preparedStatements', 'poolSize'] as const;
 
 export function compileHttpUpstream(name: string, raw: RawUpstream): UpstreamCompileResult {
   const bad = (message: string): UpstreamCompileResult => ({

@@ -45,9 +45,11 @@ export const postgresKind: DownstreamKind = {
   compileUpstream(name, raw) {
     const r = compilePostgresUpstream({
       url: raw.url,
+      pooler: raw.pooler,
       fenceSchema: raw.fenceSchema,
       preparedStatements: raw.preparedStatements,
       poolSize: raw.poolSize,
+      timeoutMs: raw.timeoutMs,
     });
     if (!r.ok) return { ok: false, errors: fieldErrors(r.errors) };
     return {
@@ -58,7 +60,7 @@ export const postgresKind: DownstreamKind = {
         url: r.value.where,
         origin: '',
         basePath: '',
-        timeoutMs: raw.timeoutMs ?? DEFAULTS.timeoutMs,
+        timeoutMs: r.value.statementTimeoutMs,
         breaker: { ...DEFAULTS.breaker, ...raw.breaker },
         settings: { postgres: r.value },
       },
@@ -160,7 +162,11 @@ class PostgresRuntime implements KindRuntime {
     }
     if (!out.ok) ex.answerProblem(out.problem);
     else if (out.status === 204) ex.answer(204, null, null);
-    else ex.answer(200, 'application/json', JSON.stringify(out.body));
+    else {
+      // The list's next page (RFC 8288): the body stays the JSON array of rows it always was.
+      if (out.next !== undefined) ex.header('link', `<${pathOf(ex.req.url ?? '/')}?${out.next}>; rel="next"`);
+      ex.answer(200, 'application/json', out.json);
+    }
   }
 
   retain(policy: CompiledPolicy): void {
@@ -186,6 +192,8 @@ function sameSettings(a: PostgresUpstreamSettings, b: PostgresUpstreamSettings):
   return (
     a.connectionString === b.connectionString &&
     a.fenceSchema === b.fenceSchema &&
+    a.pooler === b.pooler &&
+    a.statementTimeoutMs === b.statementTimeoutMs &&
     a.preparedStatements === b.preparedStatements &&
     a.poolSize === b.poolSize
   );
@@ -194,4 +202,9 @@ function sameSettings(a: PostgresUpstreamSettings, b: PostgresUpstreamSettings):
 function queryOf(url: string): string {
   const i = url.indexOf('?');
   return i < 0 ? '' : url.slice(i + 1);
+}
+
+function pathOf(url: string): string {
+  const i = url.indexOf('?');
+  return i < 0 ? url : url.slice(0, i);
 }

@@ -4,12 +4,15 @@
  *
  * - class 23 (integrity constraint): 409 constraint-violation, naming the constraint
  *   (and the column, for NOT NULL);
- * - class 22 (data exception: a value Postgres refused, e.g. a day 30 in February, a
- *   string too long for varchar(n)): 400 invalid-row. Bad input is never a 500;
+ * - class 22 (data exception: a value Postgres refused, e.g. a day 30 in February):
+ *   400 invalid-row (rows.ts names the column). Bad input is never a 500;
  * - no SQLSTATE (socket error, client timeout), class 08 (connection), 57P0x
- *   (shutdown), 53 (resources), 40001/40P01 after retries: the database is
- *   unavailable, 502 upstream-unavailable with Retry-After;
+ *   (shutdown), 53 (resources), 40001/40P01: the database is unavailable, 502
+ *   upstream-unavailable with Retry-After;
  * - 57014 (statement timeout): 504 upstream-timeout;
+ * - 42P05, 26000 (a prepared statement that already exists, or does not): a connection
+ *   pooler handed this connection's statements to another server session. 502
+ *   upstream-unavailable saying so: the upstream needs `pooler: transaction`;
  * - class 42 and 3F (the table, a column or the schema is not what the policy says):
  *   502 upstream-unavailable, logged as a configuration error.
  *
@@ -34,10 +37,20 @@ function fields(err: unknown): DbErrorFields {
 
 export type Classified =
   | { kind: 'refusal'; problem: ProblemError }
-  /** The policy and the database disagree (missing table/column, no unique key…). */
-  | { kind: 'misconfigured'; problem: ProblemError }
+  /** The policy and the database (or a pooler) disagree; `log` says how. */
+  | { kind: 'misconfigured'; problem: ProblemError; log: string }
   | { kind: 'unavailable'; problem: ProblemError }
   | { kind: 'bug' };
+
+/** 502: the table does not match the policy (the log says how). */
+export function tableMismatch(upstream: string, code?: string): ProblemError {
+  const sqlstate = code === undefined ? '' : ` (SQLSTATE ${code})`;
+  return new ProblemError(
+    'upstream-unavailable',
+    `the table does not match the policy${sqlstate}; see the gateway log`,
+    { upstream },
+  );
+}
 
 export function classifyDbError(err: unknown, upstream: string): Classified {
   const f = fields(err);
@@ -66,9 +79,7 @@ export function classifyDbError(err: unknown, upstream: string): Classified {
   if (code.startsWith('22')) {
     return {
       kind: 'refusal',
-      problem: new ProblemError('invalid-row', `the database refused a value (SQLSTATE ${code})`, {
-        column: f.column,
-      }),
+      problem: invalidRow(`the database refused a value (SQLSTATE ${code})`, f.column),
     };
   }
   if (code === '57014') {
@@ -76,6 +87,22 @@ export function classifyDbError(err: unknown, upstream: string): Classified {
       kind: 'unavailable',
       problem: new ProblemError('upstream-timeout', 'the statement timed out', { upstream }),
     };
+  }
+  if (code === '42P05' || code === '26000') {
+    const detail =
+      `a prepared statement was ${code === '42P05' ? 'already there' : 'missing'} on the server session (SQLSTATE ${code}): ` +
+      'a connection pooler shares server sessions between clients; the upstream needs "pooler: transaction"';
+    return {
+      kind: 'misconfigured',
+      problem: new ProblemError('upstream-unavailable', detail, { upstream }),
+      log: 'prepared statements behind a transaction pooler; set "pooler: transaction" on the upstream',
+    };
+  }
+  if (code === '08P01') {
+    // PgBouncer in transaction mode refuses startup parameters it does not track.
+    return unavailable(
+      'the database (or a pooler in front of it) refused the connection (SQLSTATE 08P01); behind a transaction pooler the upstream needs "pooler: transaction"',
+    );
   }
   if (
     code.startsWith('08') ||
@@ -91,11 +118,8 @@ export function classifyDbError(err: unknown, upstream: string): Classified {
   if (code.startsWith('42') || code.startsWith('3F')) {
     return {
       kind: 'misconfigured',
-      problem: new ProblemError(
-        'upstream-unavailable',
-        `the table does not match the policy (SQLSTATE ${code}); see the gateway log`,
-        { upstream },
-      ),
+      problem: tableMismatch(upstream, code),
+      log: 'the table does not match the policy',
     };
   }
   return { kind: 'bug' };

@@ -1,10 +1,12 @@
 /**
  * The row statements of one route, built from the table's catalog: identifiers come
  * from the policy and the catalog and are always quoted; values are always `$n`
- * parameters, passed as text and cast to the column's declared type (codec.ts).
+ * parameters, passed as text and cast to the column's type (column.ts `cast`). Every
+ * row statement returns the key and the declared columns themselves, so its result
+ * reports their types (runner.ts).
  */
 import { quoteIdent } from '../../../store/sql/driver.js';
-import { placeholder, readExpression, type Column } from './codec.js';
+import type { Column } from './column.js';
 import type { TableName } from './settings.js';
 
 export interface TableShape {
@@ -13,45 +15,62 @@ export interface TableShape {
   readonly key: Column;
   /** The route's declared columns, in policy order. */
   readonly columns: readonly Column[];
+  /** The catalog generation these columns come from (catalog.ts). */
+  readonly generation: number;
 }
 
 export function qualifiedName(t: TableName): string {
   return t.schema === null ? quoteIdent(t.name) : `${quoteIdent(t.schema)}.${quoteIdent(t.name)}`;
 }
 
-/** The key and the declared columns, in that order, each as text in our JSON format. */
-export function selectList(shape: TableShape): string {
-  return [shape.key, ...shape.columns].map((c) => readExpression(c)).join(', ');
+/** Every column a row statement returns: the key, then the declared columns. */
+export function rowColumns(shape: TableShape): Column[] {
+  return [shape.key, ...shape.columns];
+}
+
+/** The placeholder of parameter `$n` for a value of `col` (the value passed as text). */
+export function placeholder(col: Column, n: number): string {
+  if (col.category === 'bytea') return `decode($${n}::text, 'base64')`;
+  return `$${n}::${col.cast}`;
+}
+
+/** The key and the declared columns of `t`, each as it is. */
+function selectList(shape: TableShape): string {
+  return rowColumns(shape)
+    .map((c) => `t.${c.ident}`)
+    .join(', ');
 }
 
 /** `AND EXISTS (SELECT 1 FROM fence)` when the write is guarded by the fence CTE (fencedWrite). */
 const GUARD = ' AND EXISTS (SELECT 1 FROM fence)';
 
+/** $1 key. */
 export function getRow(shape: TableShape, guard = ''): string {
-  return `SELECT ${selectList(shape)} FROM ${shape.qualified} WHERE ${quoteIdent(shape.key.name)} = ${placeholder(shape.key, 1)}${guard}`;
+  return `SELECT ${selectList(shape)} FROM ${shape.qualified} AS t WHERE t.${shape.key.ident} = ${placeholder(shape.key, 1)}${guard}`;
 }
 
-/** $1 limit, then one parameter per filter. */
-export function listRows(shape: TableShape, filters: readonly Column[]): string {
-  const where = filters.map((c, i) => `${quoteIdent(c.name)} = ${placeholder(c, i + 2)}`);
+/**
+ * $1 limit, then one parameter per filter, then (when `after`) the key to start after.
+ * Ordered by the key: the next page starts after the last key of this one.
+ */
+export function listRows(shape: TableShape, filters: readonly Column[], after: boolean): string {
+  const where = filters.map((c, i) => `t.${c.ident} = ${placeholder(c, i + 2)}`);
+  if (after) where.push(`t.${shape.key.ident} > ${placeholder(shape.key, filters.length + 2)}`);
   return (
-    `SELECT ${selectList(shape)} FROM ${shape.qualified} AS r` +
+    `SELECT ${selectList(shape)} FROM ${shape.qualified} AS t` +
     (where.length > 0 ? ` WHERE ${where.join(' AND ')}` : '') +
-    // Qualified: the bare name would order by the output column (the key as text).
-    ` ORDER BY r.${quoteIdent(shape.key.name)} LIMIT $1::integer`
+    ` ORDER BY t.${shape.key.ident} LIMIT $1::integer`
   );
 }
 
 /** $1 key, then one parameter per column given. Needs a unique index on the key alone. */
 export function putRow(shape: TableShape, given: readonly Column[], guarded = false): string {
-  const names = [shape.key, ...given].map((c) => quoteIdent(c.name));
+  const names = [shape.key, ...given].map((c) => c.ident);
   const values = [shape.key, ...given].map((c, i) => placeholder(c, i + 1));
-  const key = quoteIdent(shape.key.name);
+  const key = shape.key.ident;
   // With no column given, the update still has to name one to return the row.
   const sets =
-    given.length > 0
-      ? given.map((c) => `${quoteIdent(c.name)} = EXCLUDED.${quoteIdent(c.name)}`)
-      : [`${key} = EXCLUDED.${key}`];
+    given.length > 0 ? given.map((c) => `${c.ident} = EXCLUDED.${c.ident}`) : [`${key} = EXCLUDED.${key}`];
   return (
     `INSERT INTO ${shape.qualified} AS t (${names.join(', ')}) ` +
     (guarded ? `SELECT ${values.join(', ')} FROM fence ` : `VALUES (${values.join(', ')}) `) +
@@ -61,16 +80,15 @@ export function putRow(shape: TableShape, given: readonly Column[], guarded = fa
 
 /** $1 key, then one parameter per column given; with none, reads the row locked. */
 export function patchRow(shape: TableShape, given: readonly Column[], guarded = false): string {
-  const key = quoteIdent(shape.key.name);
   const guard = guarded ? GUARD : '';
   if (given.length === 0) return `${getRow(shape, guard)} FOR UPDATE`;
-  const sets = given.map((c, i) => `${quoteIdent(c.name)} = ${placeholder(c, i + 2)}`);
-  return `UPDATE ${shape.qualified} SET ${sets.join(', ')} WHERE ${key} = ${placeholder(shape.key, 1)}${guard} RETURNING ${selectList(shape)}`;
+  const sets = given.map((c, i) => `${c.ident} = ${placeholder(c, i + 2)}`);
+  return `UPDATE ${shape.qualified} AS t SET ${sets.join(', ')} WHERE t.${shape.key.ident} = ${placeholder(shape.key, 1)}${guard} RETURNING ${selectList(shape)}`;
 }
 
-/** $1 key. */
+/** $1 key. Returns the row's columns too: the result must report their types (runner.ts). */
 export function deleteRow(shape: TableShape, guarded = false): string {
-  return `DELETE FROM ${shape.qualified} WHERE ${quoteIdent(shape.key.name)} = ${placeholder(shape.key, 1)}${guarded ? GUARD : ''} RETURNING 1`;
+  return `DELETE FROM ${shape.qualified} AS t WHERE t.${shape.key.ident} = ${placeholder(shape.key, 1)}${guarded ? GUARD : ''} RETURNING ${selectList(shape)}`;
 }
 
 /**
@@ -90,4 +108,9 @@ export function fencedWrite(fenceTable: string, write: string, n: number): strin
     `w AS (${write}) ` +
     `SELECT (SELECT count(*) FROM fence)::int AS fenced, w.* FROM (SELECT 1) AS one LEFT JOIN w ON true`
   );
+}
+
+/** One statement selecting the canonical text of values from a URL (canonical.ts `ask`). */
+export function canonicalTexts(expressions: readonly string[]): string {
+  return `SELECT ${expressions.join(', ')}`;
 }

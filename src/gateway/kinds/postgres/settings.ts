@@ -6,6 +6,7 @@
  */
 import { TlsFileError } from '../../../http/tls.js';
 import { pgConnection } from '../../../store/sql/pg-ssl.js';
+import { STATEMENT_TIMEOUT_MS, type Pooler } from './session.js';
 
 /** A field of the upstream or the route, and what is wrong with it. */
 export interface SettingsError {
@@ -17,12 +18,16 @@ export type Compiled<T> = { ok: true; value: T } | { ok: false; errors: Settings
 
 export interface RawPostgresUpstream {
   url: string;
+  /** `transaction`: a transaction pooler (PgBouncer) sits in front of the database (session.ts). */
+  pooler?: Pooler;
   /** Schema holding `fences` in the target database; default `fencegate`. */
   fenceSchema?: string;
-  /** Prepare each statement once per connection; default true (prepared.ts). */
+  /** Prepare each statement once per connection; default true, false with `pooler: transaction` (prepared.ts). */
   preparedStatements?: boolean;
   /** Connections to the database, at most; default DEFAULT_POOL_SIZE. */
   poolSize?: number;
+  /** The upstream's `timeoutMs`: a statement's timeout; default STATEMENT_TIMEOUT_MS. */
+  timeoutMs?: number;
 }
 
 export interface PostgresUpstreamSettings {
@@ -31,10 +36,14 @@ export interface PostgresUpstreamSettings {
   /** postgres://host:port/db, for messages and logs (no credentials). */
   readonly where: string;
   readonly fenceSchema: string;
+  /** How session settings are made: at connection start, or inside each transaction (session.ts). */
+  readonly pooler: Pooler;
   /** Statements are named, so each connection parses and plans them once (prepared.ts). */
   readonly preparedStatements: boolean;
   /** Connections to the database, at most. */
   readonly poolSize: number;
+  /** A statement running longer is cancelled by Postgres (504 upstream-timeout). */
+  readonly statementTimeoutMs: number;
 }
 
 export interface RawPostgresRoute {
@@ -140,11 +149,23 @@ export function compilePostgresUpstream(
     throw err;
   }
   const where = `postgres://${url.hostname}${url.port ? `:${url.port}` : ''}${url.pathname}`;
-  const preparedStatements = raw.preparedStatements ?? true;
+  // `preparedStatements: false` alone was (and is) how a transaction pooler is declared.
+  const pooler = raw.pooler ?? (raw.preparedStatements === false ? 'transaction' : 'none');
+  // PgBouncer keeps prepared statements across its server sessions only from 1.21 on, and
+  // only when configured to (max_prepared_statements): say so with preparedStatements: true.
+  const preparedStatements = raw.preparedStatements ?? pooler === 'none';
   const poolSize = raw.poolSize ?? DEFAULT_POOL_SIZE;
   return {
     ok: true,
-    value: { connectionString: expanded.value, where, fenceSchema, preparedStatements, poolSize },
+    value: {
+      connectionString: expanded.value,
+      where,
+      fenceSchema,
+      pooler,
+      preparedStatements,
+      poolSize,
+      statementTimeoutMs: raw.timeoutMs ?? STATEMENT_TIMEOUT_MS,
+    },
   };
 }
 

@@ -25,18 +25,34 @@ CREATE TABLE IF NOT EXISTS {fences}.fences (
 SELECT highest::text AS highest FROM {fences}.fences WHERE lock = $1::text;
 
 -- name: table_columns
--- The columns of a table, read once per table and cached. A domain's category comes
--- from its base type; the cast stays the domain (its checks apply). The cast has no
--- type modifier: an explicit cast to varchar(5) would silently truncate, while the
--- assignment to the column refuses a value too long (SQLSTATE 22001).
+-- The columns of a table (column.ts reads each row). A domain is followed to its base
+-- type, as Postgres does when it reports a result's types: `oid` and `typmod` are what a
+-- result reports for the column; `declared` is the column's own type with its modifier
+-- (`character(8)`, `numeric(12,2)`, a domain's name). `deterministic`: equal values of
+-- the column have equal text (false under a nondeterministic collation).
 -- $1 the quoted, optionally schema-qualified table name
-SELECT a.attname                             AS name,
-       format_type(a.atttypid, NULL)         AS sql_type,
-       COALESCE(bt.typname, t.typname)::text AS base_type
-  FROM pg_attribute a
-  JOIN pg_type t ON t.oid = a.atttypid
-  LEFT JOIN pg_type bt ON t.typtype = 'd' AND bt.oid = t.typbasetype
- WHERE a.attrelid = to_regclass($1::text)
-   AND a.attnum > 0
-   AND NOT a.attisdropped
- ORDER BY a.attnum;
+WITH RECURSIVE col AS (
+  SELECT a.attnum, a.attname, a.atttypid AS typ, a.atttypmod AS mod,
+         format_type(a.atttypid, a.atttypmod) AS declared, a.attcollation
+    FROM pg_attribute a
+   WHERE a.attrelid = to_regclass($1::text)
+     AND a.attnum > 0
+     AND NOT a.attisdropped
+  UNION ALL
+  SELECT c.attnum, c.attname, t.typbasetype, t.typtypmod, c.declared, c.attcollation
+    FROM col c
+    JOIN pg_type t ON t.oid = c.typ
+   WHERE t.typtype = 'd'
+)
+SELECT c.attname::text                         AS name,
+       c.typ::int                              AS oid,
+       c.mod                                   AS typmod,
+       b.typname::text                         AS base_type,
+       b.typtype::text                         AS base_kind,
+       format_type(b.oid, NULL)                AS base_sql,
+       c.declared                              AS declared,
+       COALESCE(co.collisdeterministic, true)  AS deterministic
+  FROM col c
+  JOIN pg_type b ON b.oid = c.typ AND b.typtype <> 'd'
+  LEFT JOIN pg_collation co ON co.oid = c.attcollation
+ ORDER BY c.attnum;

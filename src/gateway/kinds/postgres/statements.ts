@@ -23,13 +23,3 @@ export function statementsFor(fenceSchema: string): Statements {
   }
   return Object.freeze(out);
 }
-
-export interface ColumnRow {
-  name: string;
-  sql_type: string;
-  base_type: string;
-}
-
-export interface HighestRow {
-  highest: string;
-}
