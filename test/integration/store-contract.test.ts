@@ -439,10 +439,18 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
       await sleep(150);
       const d = await grant(h.store, lock, 'd');
       const shadow = { record: 'shadow' as const };
-      expect(await admit(h.store, lock, b.token, shadow)).toEqual({ ok: true, highest: b.token, lowerInflight: 0 });
+      expect(await admit(h.store, lock, b.token, shadow)).toEqual({
+        ok: true,
+        highest: b.token,
+        lowerInflight: 0,
+      });
       expect(await h.store.inspect(lock)).toMatchObject({ highest: null, shadowHighest: b.token });
       // Judged exactly as enforcement would judge it.
-      expect(await admit(h.store, lock, a.token, shadow)).toEqual({ ok: false, reason: 'stale', highest: b.token });
+      expect(await admit(h.store, lock, a.token, shadow)).toEqual({
+        ok: false,
+        reason: 'stale',
+        highest: b.token,
+      });
       expect(await admit(h.store, lock, d.token + 1n, shadow)).toMatchObject({ ok: false, reason: 'forged' });
       expect(await admit(h.store, lock, b.token, shadow)).toMatchObject({ ok: true }); // same token again
       // Nothing in flight, no fence moved.
@@ -452,7 +460,11 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
       expect(await admit(h.store, lock, c.token)).toMatchObject({ ok: true, highest: c.token });
       expect(await h.store.inspect(lock)).toMatchObject({ highest: c.token, shadowHighest: b.token });
       // A shadow route sees what an enforced route on the same lock admitted.
-      expect(await admit(h.store, lock, b.token, shadow)).toEqual({ ok: false, reason: 'stale', highest: c.token });
+      expect(await admit(h.store, lock, b.token, shadow)).toEqual({
+        ok: false,
+        reason: 'stale',
+        highest: c.token,
+      });
       expect(await admit(h.store, lock, d.token, shadow)).toMatchObject({ ok: true, highest: d.token });
       expect(await h.store.inspect(lock)).toMatchObject({ highest: c.token, shadowHighest: d.token });
     });
