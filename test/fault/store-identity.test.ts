@@ -265,7 +265,10 @@ describe('store identity and resets', () => {
     expect((await s.writeUntilAnswered(g.data, b, 'b')).result.status).toBe(200);
     const c = await s.grant(g.control, 'c'); // once B's lease lapses
     expect(BigInt(c)).toBeGreaterThan(BigInt(b));
-    expect((await s.writeUntilAnswered(g.data, c, 'c')).result.status).toBe(200);
+    const written = await s.writeUntilAnswered(g.data, c, 'c');
+    expect(written.result.status, `${JSON.stringify(written.result.body)}\n${g.output().slice(-3000)}`).toBe(
+      200,
+    );
     await s.expectClean();
   }, 120_000);
 

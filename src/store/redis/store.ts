@@ -217,8 +217,15 @@ class RedisStore implements Store {
     return k;
   }
 
+  /**
+   * Runs a store call on a verified connection. Every call waits for the verification, not
+   * only grants and admissions: a call acknowledged by a server that is not durable or not
+   * the one verified (a finish, a beat) could be lost when the right data comes back, and
+   * an entry it removed would count again.
+   */
   private async run<T>(op: string, fn: () => Promise<T>): Promise<T> {
     try {
+      if (!this.verified) await this.ensureVerified();
       return await fn();
     } catch (err) {
       throw unavailable(this.conn, op, err);
@@ -254,7 +261,6 @@ class RedisStore implements Store {
     const reqKey = k.req(req.owner, req.requestId ?? '');
     const reqTtl = withReq ? String(Math.max(Number(ttl), MIN_IDEMPOTENCY_MS)) : '';
     const result = await this.run('acquire', async () => {
-      await this.ensureVerified();
       const epoch = await this.currentEpoch();
       const reply = await this.redis.fg_acquire_v4(
         k.ctr,
@@ -282,7 +288,6 @@ class RedisStore implements Store {
   async renew(key: string, leaseId: string, ttlMs: number): Promise<RenewResult> {
     const ttl = ms('ttlMs', ttlMs);
     return this.run('renew', async () => {
-      await this.ensureVerified();
       const floor = formatToken((await this.currentEpoch()).floor);
       return parseRenew(
         await this.redis.fg_renew_v2(this.keys(key).lease, leaseId, ttl, floor),
@@ -448,6 +453,14 @@ class RedisStore implements Store {
 
   /** Every fenced write's last call: without the async frames of run() (two promises fewer). */
   finish(lock: string, requestId: string): Promise<void> {
+    if (!this.verified) {
+      return this.ensureVerified().then(
+        () => this.finish(lock, requestId),
+        (err: unknown) => {
+          throw unavailable(this.conn, 'finish', err);
+        },
+      );
+    }
     return this.fence.finish(this.keys(lock), requestId).then(
       () => undefined,
       (err: unknown) => {
@@ -460,7 +473,6 @@ class RedisStore implements Store {
     const k = this.keys(lock);
     const b = String(ms('boundMs', boundMs));
     return this.run('deliver', async () => {
-      await this.ensureVerified();
       return (await this.redis.fg_deliver_v1(k.inf, requestId, b)) === '1';
     });
   }
@@ -527,7 +539,6 @@ class RedisStore implements Store {
   async bumpEpoch(): Promise<Epoch> {
     this.fence.floorChanged();
     return this.run('bumpEpoch', async () => {
-      await this.ensureVerified();
       const e = parseEpoch(
         await this.redis.fg_epoch_bump_v1(this.epochKey, randomUUID()),
         'fg_epoch_bump_v1',
