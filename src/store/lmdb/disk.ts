@@ -84,12 +84,16 @@ let guarded = false;
 export function guardCommitRejections(): void {
   if (guarded) return;
   guarded = true;
-  process.on('unhandledRejection', (reason) => {
+  // A commitError seen behind a "Commit failed": Node reports it even when a handler was
+  // attached while the rejections of the same turn were being reported.
+  const causes = new WeakSet<Promise<unknown>>();
+  process.on('unhandledRejection', (reason, promise) => {
     if (isCommitRejection(reason)) {
+      causes.add(reason.commitError);
       reason.commitError.catch(() => undefined);
       return;
     }
-    if (isLmdbWriteError(reason)) return;
+    if (causes.has(promise) || isLmdbWriteError(reason)) return;
     if (process.listenerCount('unhandledRejection') > 1) return;
     throw reason;
   });
