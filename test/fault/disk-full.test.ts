@@ -7,8 +7,9 @@
  * gateway, an unfenced route and /healthz keep answering and /readyz answers 503 naming
  * "disk full: ENOSPC"; the process never exits. Freeing the space brings /readyz, grants
  * and fenced writes back in the same process. Restarted on a disk that is still full,
- * `serve` starts (it writes no file it already has) and serves reads. Every grant
- * acknowledged survives all of it.
+ * `serve` starts (it writes no file it already has) and serves reads, recovers as well,
+ * and a graceful stop on the full disk exits 0. Every grant acknowledged survives all of
+ * it, read back by a last process.
  *
  * LMDB reuses the pages a commit freed once no reader holds the snapshot before it, so on
  * a full disk the writes that fit in those pages would still go through, and which ones do
@@ -155,6 +156,25 @@ async function expectGrantsKept(g: FencegateProcess, grants: Grant[]): Promise<v
   }
 }
 
+/**
+ * Grants on new keys until one is refused (the first commit that needs room the disk has
+ * not got: the pages free when the snapshot was pinned may take a few), and returns that
+ * refusal; the grants acknowledged before it are added to `acked`.
+ */
+async function growUntilRefused(
+  g: FencegateProcess,
+  prefix: string,
+  acked: Grant[],
+): Promise<{ status: number; body: Record<string, unknown> }> {
+  for (let i = 0; i < 200; i++) {
+    const key = `doc:${prefix}-${i}`;
+    const r = await acquire(g, key);
+    if (r.status !== 200) return r;
+    acked.push({ key, leaseId: r.body.leaseId as string, token: r.body.token as string });
+  }
+  throw new Error('the disk never refused a grant');
+}
+
 /** Holds a read snapshot of the store (see the top of the file); null closes it. */
 function pinSnapshot(on: boolean): void {
   if (on) {
@@ -187,18 +207,7 @@ describe('a full disk under the embedded store', () => {
 
     // Grow the store until the disk refuses (the first commit needing room fails).
     const errorsBefore = await metricValue(g.control, 'fencegate_store_errors_total', { op: 'tryAcquire' });
-    let refused: { status: number; body: Record<string, unknown> } | null = null;
-    for (let i = 0; i < 200 && refused === null; i++) {
-      const r = await acquire(g, `doc:grow-${i}`);
-      if (r.status === 200)
-        acked.push({
-          key: `doc:grow-${i}`,
-          leaseId: r.body.leaseId as string,
-          token: r.body.token as string,
-        });
-      else refused = r;
-    }
-    expect(refused, 'the disk never refused a grant').not.toBeNull();
+    const refused = await growUntilRefused(g, 'grow', acked);
     expect(refused).toMatchObject({ status: 503, body: { type: 'urn:fencegate:store-unavailable' } });
 
     // The outage, for 3 s: writes refused, everything else answering, the same process.
@@ -271,8 +280,8 @@ describe('a full disk under the embedded store', () => {
     const again = await serve();
     expect((await get(`${again.data}/docs/a`)).status).toBe(200);
     expect((await put(again, '/notes/after-restart')).status).toBe(200);
-    const refusedAgain = await acquire(again, 'doc:after-restart');
-    expect(refusedAgain.status, JSON.stringify(refusedAgain.body)).toBe(503);
+    const refusedAgain = await growUntilRefused(again, 'restarted-full', acked);
+    expect(refusedAgain).toMatchObject({ status: 503, body: { type: 'urn:fencegate:store-unavailable' } });
     const ready = await get(`${again.control}/readyz`);
     expect(ready.status, ready.body).toBe(503);
     expect(ready.body).toMatch(/disk full: ENOSPC/);
@@ -288,7 +297,23 @@ describe('a full disk under the embedded store', () => {
       late = await acquire(again, 'doc:after-restart');
     }
     expect(late.status, JSON.stringify(late.body)).toBe(200);
+    acked.push({
+      key: 'doc:after-restart',
+      leaseId: late.body.leaseId as string,
+      token: late.body.token as string,
+    });
     expect((await get(`${again.control}/readyz`)).status).toBe(200);
+
+    // A graceful stop while the disk is full (its session cannot be ended in the store) exits 0.
+    pinSnapshot(true);
+    fillDisk();
+    expect(await growUntilRefused(again, 'before-stop', acked)).toMatchObject({ status: 503 });
+    expect(await again.stop()).toBe(0);
+    expect(again.output()).not.toMatch(/unhandled|uncaught/i);
+    rmSync(fillFile());
+    pinSnapshot(false);
+    const last = await serve();
+    await expectGrantsKept(last, acked);
     console.log(
       `disk full: ${filled} bytes of fill; ${acked.length} grants acknowledged, all kept; ` +
         `${rounds} outage rounds; readyz said: ${readyDetail}; /readyz 200 again ${readyAfterMs} ms after the space came back`,
