@@ -4,7 +4,9 @@
  * Each operation that decides on a key's state is one LMDB write transaction;
  * transactions issued in the same event-loop turn commit together (group commit,
  * one fdatasync pair for all of them) on LMDB's write thread, so the event loop never
- * waits for the disk. Watchers are woken across processes by wakeup.ts.
+ * waits for the disk. Watchers are woken across processes by wakeup.ts. A disk that
+ * refuses commits (full, read-only: disk.ts) fails the writes, never the process, and
+ * /readyz says so until a commit succeeds again.
  * Design and measurements: docs/adr/0009-embedded-store.md, docs/stores-embedded.md.
  */
 import { randomUUID } from 'node:crypto';
