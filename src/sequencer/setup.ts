@@ -4,8 +4,10 @@
  * shares the store). Otherwise, on the embedded store, `<dir>/sequencer-keys.json`, made
  * on first start: every worker on that directory reads the same file. On Postgres or
  * Redis without a file, sequencers are off, and the log says so: a key made up by one
- * process would not verify on the others.
+ * process would not verify on the others. An embedded key file already there is only
+ * read (a start on a full or read-only disk writes nothing it does not need).
  */
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { storeKindOf } from '../store/index.js';
 import { KeyRing } from './keyring.js';
@@ -40,6 +42,9 @@ export async function openSequencerKeys(
     return null;
   }
   const path = join(storeSpec, EMBEDDED_KEY_FILE);
+  // A key file already there is read, never written again: a start on a full or read-only
+  // disk must not fail making a file it does not need (KeyRing.open checks it is valid).
+  if (existsSync(path)) return KeyRing.open(path, { onError });
   try {
     await writeKeyFile(path, initKeyFile(), { exclusive: true });
     log(`sequencer keys: made ${path}`);

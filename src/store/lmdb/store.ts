@@ -4,7 +4,9 @@
  * Each operation that decides on a key's state is one LMDB write transaction;
  * transactions issued in the same event-loop turn commit together (group commit,
  * one fdatasync pair for all of them) on LMDB's write thread, so the event loop never
- * waits for the disk. Watchers are woken across processes by wakeup.ts.
+ * waits for the disk. Watchers are woken across processes by wakeup.ts. A disk that
+ * refuses commits (full, read-only: disk.ts) fails the writes, never the process, and
+ * /readyz says so until a commit succeeds again.
  * Design and measurements: docs/adr/0009-embedded-store.md, docs/stores-embedded.md.
  */
 import { randomUUID } from 'node:crypto';
@@ -42,6 +44,7 @@ import {
   type EpochRec,
   type Tables,
 } from './db.js';
+import { commitCause, diskFault, guardCommitRejections } from './disk.js';
 import * as fences from './fences.js';
 import * as locks from './locks.js';
 import { housekeep } from './prune.js';
@@ -52,6 +55,8 @@ export const DEFAULT_NAMESPACE = 'fencegate';
 const PGLITE_DATA_DIR = 'pgdata';
 /** Housekeeping starts at most this often per process. */
 const PRUNE_EVERY_MS = 10_000;
+/** While the disk refuses writes, /readyz tries a one-record write at most this often. */
+const DISK_PROBE_EVERY_MS = 1000;
 
 type Listener = () => void;
 
@@ -88,6 +93,13 @@ export class LmdbStore implements Store {
   private pruning: Promise<void> | null = null;
   // Housekeeping timer only: never used to judge a lease.
   private lastPrune = 0;
+  /**
+   * Set while the disk refuses commits (full, read-only, failing: disk.ts); cleared by the
+   * next commit that succeeds. Writes fail with it meanwhile; reads go on.
+   */
+  private diskFault: StoreUnavailableError | null = null;
+  private diskProbe: Promise<void> | null = null;
+  private lastDiskProbe = 0;
 
   private constructor(
     private readonly t: Tables,
@@ -105,6 +117,7 @@ export class LmdbStore implements Store {
     if (opts.mustExist === true && !existsSync(join(root, DATA_FILE))) {
       throw new StoreUnavailableError(`${what}: there is no embedded store there (no ${DATA_FILE})`);
     }
+    guardCommitRejections();
     let t: Tables;
     try {
       mkdirSync(root, { recursive: true });
@@ -115,10 +128,17 @@ export class LmdbStore implements Store {
     const store = new LmdbStore(t, root, namespace);
     try {
       await store.init(opts.mustExist === true);
-      store.mesh = await WakeMesh.start(root, store.peerRegistry(), (key) => store.dispatch(key));
+      // On a full or read-only disk the process starts unregistered, and registers once a commit succeeds.
+      store.mesh = await WakeMesh.start(
+        root,
+        store.peerRegistry(),
+        (key) => store.dispatch(key),
+        (err) => store.noteFailure(err).then((e) => store.diskFault === e),
+      );
     } catch (err) {
       await store.close().catch(() => undefined);
-      throw failure(err, what);
+      // lmdb's "Commit failed" names no cause: the error behind it does (ENOSPC …).
+      throw failure(await commitCause(err), what);
     }
     return store;
   }
@@ -247,10 +267,54 @@ export class LmdbStore implements Store {
       if (out === undefined) throw new Error('embedded store: a write transaction ended without its result');
     } catch (err) {
       if (err instanceof RangeError) throw err;
-      throw failure(err, `embedded store ${this.root}`);
+      throw await this.noteFailure(err);
     }
+    this.committed();
     if (out.notify.length > 0) this.wake(out.notify);
     return out.result;
+  }
+
+  /**
+   * A failed commit as the StoreUnavailableError its callers get. A disk fault (full,
+   * read-only, I/O error: disk.ts) is remembered until a commit succeeds, and /readyz
+   * names it ("disk full: ENOSPC").
+   */
+  private async noteFailure(err: unknown): Promise<StoreUnavailableError> {
+    const cause = await commitCause(err);
+    const fault = diskFault(cause);
+    if (fault === null) return failure(err, `embedded store ${this.root}`);
+    this.diskFault = new StoreUnavailableError(
+      `embedded store ${this.root}: ${fault.reason}; writes (grants, fenced writes) fail until it has room ` +
+        `again, reads go on (${fault.message})`,
+      { cause },
+    );
+    return this.diskFault;
+  }
+
+  /** After a commit that succeeded: the disk takes writes again. */
+  private committed(): void {
+    if (this.diskFault === null) return;
+    this.diskFault = null;
+    void this.mesh?.register();
+  }
+
+  /**
+   * While the disk refuses commits, whether it takes one now (one small record, at most
+   * every DISK_PROBE_EVERY_MS): so /readyz recovers without waiting for a write.
+   */
+  private probeDisk(): Promise<void> {
+    if (this.diskProbe !== null) return this.diskProbe;
+    if (Date.now() - this.lastDiskProbe < DISK_PROBE_EVERY_MS) return Promise.resolve();
+    this.lastDiskProbe = Date.now();
+    this.diskProbe = this.write((now) => {
+      this.t.meta.put('diskProbe', now);
+      return { result: undefined, notify: [] };
+    })
+      .catch(() => undefined) // noteFailure kept the fault
+      .finally(() => {
+        this.diskProbe = null;
+      });
+    return this.diskProbe;
   }
 
   private read<R>(fn: (now: number) => R): Promise<R> {
@@ -417,6 +481,8 @@ export class LmdbStore implements Store {
   async health(): Promise<StoreHealth> {
     try {
       this.fresh();
+      if (this.diskFault !== null) await this.probeDisk();
+      if (this.diskFault !== null) throw this.diskFault;
       const e = this.t.meta.get('epoch') as EpochRec | undefined;
       return {
         ok: true,
@@ -451,7 +517,8 @@ export class LmdbStore implements Store {
     if (t - this.lastPrune < PRUNE_EVERY_MS) return;
     this.lastPrune = t;
     this.pruning = housekeep(this.t, () => this.closing !== null)
-      .catch(() => undefined) // best effort: the next round retries
+      .catch((err: unknown) => this.noteFailure(err)) // best effort: the next round retries
+      .then(() => undefined)
       .finally(() => {
         this.pruning = null;
       });

@@ -56,6 +56,16 @@ function pidAlive(pid: number): boolean {
   }
 }
 
+function listen(server: net.Server, path: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(path, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+}
+
 function unlinkQuietly(path: string): void {
   try {
     unlinkSync(path);
@@ -70,6 +80,9 @@ export class WakeMesh {
   private readonly pending = new Set<string>();
   private scheduled = false;
   private closed = false;
+  /** Started on a disk that refused the registration (see start). */
+  private unregistered = false;
+  private registering = false;
 
   private constructor(
     private readonly server: net.Server,
@@ -79,39 +92,77 @@ export class WakeMesh {
     private readonly deliver: Deliver,
   ) {}
 
-  /** Listens, registers, and connects to every registered peer (see above). */
-  static async start(dir: string, registry: PeerRegistry, deliver: Deliver): Promise<WakeMesh> {
+  /**
+   * Listens, registers, and connects to every registered peer (see above). When the
+   * registration cannot be written and `deferrable` says why is passing (a full or
+   * read-only disk: no process of the directory can commit a change meanwhile), the mesh
+   * starts unregistered; register() then registers it, and wakes every watcher after.
+   */
+  static async start(
+    dir: string,
+    registry: PeerRegistry,
+    deliver: Deliver,
+    deferrable: (err: unknown) => Promise<boolean> = () => Promise.resolve(false),
+  ): Promise<WakeMesh> {
     const wakeDir = join(dir, 'wake');
-    mkdirSync(wakeDir, { recursive: true });
     const id = `${process.pid}-${randomBytes(4).toString('hex')}`;
     // Unix socket paths are limited to 107 bytes (Linux): a deep directory's socket goes to
-    // the temporary directory instead; peers find it by the path registered.
+    // the temporary directory instead; peers find it by the path registered. So does the
+    // socket of a directory where none can be made (a read-only or full disk).
     const local = join(wakeDir, `${id}.sock`);
-    const path =
-      Buffer.byteLength(local) <= MAX_SOCKET_PATH ? local : join(tmpdir(), `fencegate-wake-${id}.sock`);
+    const elsewhere = join(tmpdir(), `fencegate-wake-${id}.sock`);
     const server = net.createServer();
+    let path = Buffer.byteLength(local) <= MAX_SOCKET_PATH ? local : elsewhere;
+    try {
+      if (path === local) mkdirSync(wakeDir, { recursive: true });
+      await listen(server, path);
+    } catch (err) {
+      if (path === elsewhere) throw err;
+      path = elsewhere;
+      await listen(server, path);
+    }
     const mesh = new WakeMesh(server, id, path, registry, deliver);
     server.on('connection', (s) => {
       mesh.adopt(s, null);
       s.write('\n');
     });
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(path, () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
     server.unref();
     try {
-      await registry.add(id, { pid: process.pid, path });
-      const others = registry.list().filter(([peerId]) => peerId !== id);
-      await Promise.all(others.map(([peerId, peer]) => mesh.connect(peerId, peer)));
+      await mesh.join();
     } catch (err) {
-      await mesh.close();
-      throw err;
+      if (!(await deferrable(err))) {
+        await mesh.close();
+        throw err;
+      }
+      mesh.unregistered = true;
     }
     return mesh;
+  }
+
+  /** Registers this process and connects to every process registered before it. */
+  private async join(): Promise<void> {
+    await this.registry.add(this.id, { pid: process.pid, path: this.path });
+    const others = this.registry.list().filter(([peerId]) => peerId !== this.id);
+    await Promise.all(others.map(([peerId, peer]) => this.connect(peerId, peer)));
+  }
+
+  /**
+   * Registers a mesh that started unregistered (see start); then wakes every watcher, for
+   * the changes its peers committed without knowing it. Never rejects: a failure leaves it
+   * unregistered for the next call.
+   */
+  async register(): Promise<void> {
+    if (!this.unregistered || this.registering || this.closed) return;
+    this.registering = true;
+    try {
+      await this.join();
+      this.unregistered = false;
+      this.deliver(null);
+    } catch {
+      // still unregistered: the next commit that succeeds calls again
+    } finally {
+      this.registering = false;
+    }
   }
 
   /** Sends `keys` to every peer, once per event-loop turn. */
