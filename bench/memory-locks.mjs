@@ -27,9 +27,14 @@ import { durableRedisArgs, freePort, LISTENING, REDIS_READY, serveArgs, spawnUnt
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function rssMiB(pid) {
+async function rssMiB(pid, field = 'VmRSS') {
   const s = await readFile(`/proc/${pid}/status`, 'utf8');
-  return Number(/VmRSS:\s+(\d+)/.exec(s)[1]) / 1024;
+  return Number(new RegExp(`${field}:\\s+(\\d+)`).exec(s)[1]) / 1024;
+}
+
+/** Anonymous (heap, malloc) and file-backed (Node's binary, the LMDB map) parts of VmRSS. */
+async function rssParts(pid) {
+  return { anon: await rssMiB(pid, 'RssAnon'), file: await rssMiB(pid, 'RssFile') };
 }
 
 /** An upstream in this process: reads the body, answers 200. */
@@ -141,28 +146,34 @@ export async function measureLockMemory(opts = {}) {
         await sleep(5_000);
       }
       const rss = await rssMiB(pid);
-      log(`${store}: ${n} distinct locks, RSS ${rss.toFixed(1)} MiB`);
-      return rss;
+      const parts = await rssParts(pid);
+      log(
+        `${store}: ${n} distinct locks, RSS ${rss.toFixed(1)} MiB (anon ${parts.anon.toFixed(1)}, file ${parts.file.toFixed(1)})`,
+      );
+      return { rss, ...parts };
     };
     await sleep(1_000);
     const startMiB = await rssMiB(pid);
     let t = Date.now();
     await drive(ctl, data, tag, 0, small, concurrency);
     log(`${store}: ${small} locks in ${((Date.now() - t) / 1000).toFixed(1)} s`);
-    const rssSmall = await reading(small);
+    const atSmall = await reading(small);
     t = Date.now();
     for (let done = small; done < large; done += 10_000) {
       await drive(ctl, data, tag, done, Math.min(large, done + 10_000), concurrency);
       log(`${store}: ${Math.min(large, done + 10_000)} locks, RSS ${(await rssMiB(pid)).toFixed(1)} MiB`);
     }
     log(`${store}: ${large - small} more locks in ${((Date.now() - t) / 1000).toFixed(1)} s`);
-    const rssLarge = await reading(large);
+    const atLarge = await reading(large);
     const round = (x) => Math.round(x * 10) / 10;
     return {
-      rss10kMiB: round(rssSmall),
-      rss200kMiB: round(rssLarge),
-      deltaMiB: round(rssLarge - rssSmall),
+      rss10kMiB: round(atSmall.rss),
+      rss200kMiB: round(atLarge.rss),
+      deltaMiB: round(atLarge.rss - atSmall.rss),
       store,
+      // Of the delta: anonymous memory (the JS heap, malloc) and file pages mapped (LMDB's data file).
+      anonDeltaMiB: round(atLarge.anon - atSmall.anon),
+      fileDeltaMiB: round(atLarge.file - atSmall.file),
       startMiB: round(startMiB),
       small,
       large,
