@@ -123,7 +123,7 @@ export async function measureLockMemory(opts = {}) {
     if (store === 'redis') {
       const port = await freePort();
       await mkdir(join(tmp, 'redis'));
-      await spawnUntil('redis-server', durableRedisArgs(port, join(tmp, 'redis'), 'everysec'), REDIS_READY, {
+      await spawnUntil('redis-server', durableRedisArgs(port, join(tmp, 'redis')), REDIS_READY, {
         children,
       });
       storeArg = `redis://127.0.0.1:${port}`;
