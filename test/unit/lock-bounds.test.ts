@@ -173,6 +173,24 @@ describe('per-lock structures stay bounded', () => {
     }
   });
 
+  it('no metric has a label that could hold a lock key: every label name is one of the bounded kinds', () => {
+    // Route, upstream and breaker names come from the policy; the rest are fixed values.
+    const bounded = new Set(['route', 'status_class', 'reason', 'enforced', 'outcome', 'end', 'op']);
+    for (const l of ['upstream', 'breaker', 'state', 'structure']) bounded.add(l);
+    const nodeDefaults = new Set(['kind', 'major', 'minor', 'patch', 'space', 'type', 'version']);
+    const metrics = createMetrics();
+    const names = new Set<string>();
+    for (const metric of metrics.registry.getMetricsAsArray()) {
+      const labels = (metric as unknown as { labelNames?: string[] }).labelNames ?? [];
+      for (const label of labels) names.add(metric.name.startsWith('fencegate_') ? label : `node:${label}`);
+    }
+    const unexpected = [...names].filter(
+      (n) => !(n.startsWith('node:') ? nodeDefaults.has(n.slice(5)) : bounded.has(n)),
+    );
+    expect(unexpected).toEqual([]);
+    expect(names.has('route')).toBe(true); // the registry was read
+  });
+
   it('fencegate_tracked_locks has a series for every structure, at 0 when none registered', async () => {
     const metrics = createMetrics({ defaultMetrics: false });
     for (const structure of TRACKED_STRUCTURES) expect(await gauge(metrics, structure)).toBe(0);
