@@ -206,6 +206,7 @@ export async function openCore(
 /** The event log the control listener serves: owners looked up, lines rate-limited. */
 export function controlEventLog(core: ServeCore): EventLog {
   const owners = new OwnerLookup(core.store);
+  core.metrics.trackSize('owner-lookups', () => owners.size);
   return new EventLog({
     log: fencedWriteLog(core.logger, core.metrics.logLinesSuppressed),
     owners: (lock, token) => owners.owner(lock, token),

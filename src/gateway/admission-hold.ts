@@ -40,6 +40,13 @@ import type { SessionLease } from './session.js';
 export const ADMISSION_HOLD_MS = 50;
 
 /**
+ * Open holds at most, one per lock. Each lasts `holdMs` (2 × `holdMs` while renewing), so
+ * only a burst of more distinct locks than this within that time reaches it; then the
+ * hold opened longest ago is closed (its lock's next write asks the store again).
+ */
+export const ADMISSION_HOLDS_KEPT = 10_000;
+
+/**
  * A fresh store admission of `token` on `lock` under `lease`, with delivery bound
  * `boundMs`, made in the background to renew a busy hold: the store's highest and how to
  * finish the new entry, or null when the store did not admit it (or had lower-token
@@ -105,12 +112,14 @@ export class AdmissionHolds {
   constructor(
     readonly holdMs: number,
     private readonly renew: Renew | null = null,
+    readonly capacity: number = ADMISSION_HOLDS_KEPT,
   ) {
     if (!Number.isInteger(holdMs) || holdMs < 0) throw new RangeError('holdMs must be an integer ≥ 0');
+    if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError('capacity must be an integer ≥ 1');
     this.tickMs = Math.max(1, Math.floor(holdMs / 8));
   }
 
-  /** Open holds (for tests and status). */
+  /** Open holds (≤ capacity; for tests, status and fencegate_tracked_locks). */
   get size(): number {
     return this.byLock.size;
   }
@@ -188,6 +197,13 @@ export class AdmissionHolds {
   }
 
   private install(hold: HoldState): void {
+    // At the bound, the hold opened (or renewed) longest ago gives way: closing one only
+    // sends its lock's next write to the store.
+    while (this.byLock.size >= this.capacity && !this.byLock.has(hold.lock)) {
+      const oldest = this.byLock.values().next();
+      if (oldest.done === true) break;
+      this.close(oldest.value);
+    }
     hold.open = true;
     hold.until = performance.now() + this.holdMs;
     this.byLock.set(hold.lock, hold);

@@ -78,6 +78,9 @@ export function fenceStep(opts: FenceOptions): FenceStep {
   const cache = new StaleCache();
   const shadowCache = new StaleCache();
   const refusals = new StaleRefusals();
+  metrics.trackSize('stale-cache', () => cache.size);
+  metrics.trackSize('shadow-stale-cache', () => shadowCache.size);
+  metrics.trackSize('stale-refusals', () => refusals.size);
   // A hold outlives its write and sits in a long-lived map: the closure that finishes its
   // entry holds the lock and the request id only, never the request (ADR 0004, addendum 4).
   const finisher = (lock: string, requestId: string) => () => void guard.finish(lock, requestId);
@@ -111,6 +114,8 @@ export function fenceStep(opts: FenceOptions): FenceStep {
     }
     return { highest: result.highest, finish };
   });
+
+  metrics.trackSize('admission-holds', () => holds.size);
 
   /** Waits at the drain barrier: null when cleared, else the 503 to answer with. */
   async function passBarrier(

@@ -102,6 +102,10 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   const sessions = new GatewaySessions(store, opts.metrics, app.log, opts.session);
   guard.finishLater = (lock, requestId) => sessions.finishLater(lock, requestId);
   const observer = new SessionObserver(guard, app.log);
+  const untrack = [
+    opts.metrics.trackSize('unfinished-finishes', () => sessions.unfinishedCount),
+    opts.metrics.trackSize('gone-sessions', () => observer.goneCount),
+  ];
   const resetHold = new ResetHold(opts.metrics, app.log);
   const unwatchResets = store.onReset((reset) => resetHold.reset(reset.reason));
   const unwatchLoss = sessions.onStoreLoss((reason) => resetHold.reset(reason));
@@ -117,6 +121,7 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
     unsubscribe();
     unwatchResets();
     unwatchLoss();
+    for (const stop of untrack) stop();
     observer.stop();
     await pool.close();
     await sessions.close();
@@ -128,6 +133,7 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
     opts.sequencerKeys == null
       ? null
       : new SequencerVerifier(opts.sequencerKeys, () => sessions.storeTime() ?? Date.now());
+  if (sequencers !== null) untrack.push(opts.metrics.trackSize('sequencer-cache', () => sequencers.cached));
   const fence = fenceStep({
     guard,
     sessions,

@@ -42,6 +42,13 @@ export interface SessionSettings {
 
 export const SESSION_DEFAULTS = Object.freeze({ ttlMs: 6000 });
 
+/**
+ * Finishes that failed (the store unreachable) remembered for retrying, at most. Past it,
+ * the session is given up at the next beat instead (see finishLater): its entries stop
+ * counting once it is ended, so nothing needs remembering one by one.
+ */
+export const UNFINISHED_KEPT = 100_000;
+
 export interface SessionLog {
   warn(obj: object, msg: string): void;
   info?(obj: object, msg: string): void;
@@ -111,6 +118,8 @@ export class GatewaySessions {
   private lastSentAt = 0;
   /** Finishes that failed (store unreachable): retried after each beat, so no entry is left behind. */
   private readonly unfinished = new Map<string, { lock: string; requestId: string }>();
+  /** More finishes failed than `unfinishedKept`: the session is given up at the next tick. */
+  private unfinishedOverflow = false;
   /** Told when the store forgot this process's session while it was valid (reset-hold.ts). */
   private readonly lossListeners = new Set<(reason: string) => void>();
 
@@ -119,6 +128,7 @@ export class GatewaySessions {
     private readonly metrics: Metrics,
     private readonly log: SessionLog,
     settings: SessionSettings = {},
+    private readonly unfinishedKept: number = UNFINISHED_KEPT,
   ) {
     this.ttlMs = settings.ttlMs ?? SESSION_DEFAULTS.ttlMs;
     this.beatMs = settings.beatMs ?? Math.max(10, Math.floor(this.ttlMs / 6));
@@ -149,9 +159,26 @@ export class GatewaySessions {
     return () => this.lossListeners.delete(listener);
   }
 
-  /** An entry whose finish failed; finished again after the next successful beat. */
+  /**
+   * An entry whose finish failed; finished again after the next successful beat. Bounded:
+   * past `unfinishedKept` such entries (a long outage under load) none is added, and at the
+   * next tick the session is given up: ended (best effort; else observers end it once it no
+   * longer beats), its forwards cut, the remembered finishes dropped, a new session opened.
+   * An ended session's entries stop counting at the barrier (a delivering one after its
+   * lock-delay), so no entry is left holding a lock back, and memory stays bounded.
+   */
   finishLater(lock: string, requestId: string): void {
-    this.unfinished.set(`${requestId}\0${lock}`, { lock, requestId });
+    const key = `${requestId}\0${lock}`;
+    if (this.unfinished.size >= this.unfinishedKept && !this.unfinished.has(key)) {
+      this.unfinishedOverflow = true;
+      return;
+    }
+    this.unfinished.set(key, { lock, requestId });
+  }
+
+  /** Finishes waiting to be retried (≤ unfinishedKept; for tests and fencegate_tracked_locks). */
+  get unfinishedCount(): number {
+    return this.unfinished.size;
   }
 
   async close(): Promise<void> {
@@ -178,6 +205,7 @@ export class GatewaySessions {
 
   private async tick(): Promise<void> {
     try {
+      if (this.unfinishedOverflow) await this.giveUp();
       if (this.lease === null || this.lease.ended) await this.open();
       else await this.beat(this.lease);
       await this.retryFinishes();
@@ -201,6 +229,26 @@ export class GatewaySessions {
     }
     this.lease = lease;
     this.extend(lease, sent);
+  }
+
+  /**
+   * Too many finishes failed to remember them all: this session stops (nothing more is
+   * admitted or forwarded under it), its remembered finishes are dropped, and it is ended
+   * in the store if the store answers (else the observers end it once its beat stops).
+   */
+  private async giveUp(): Promise<void> {
+    this.unfinishedOverflow = false;
+    this.unfinished.clear();
+    const lease = this.lease;
+    if (lease === null || lease.ended) return;
+    lease.ended = true;
+    lease.abortAll();
+    this.log.warn(
+      { session: lease.id, unfinished: this.unfinishedKept },
+      'more fenced writes could not be finished in the store than this gateway remembers; ' +
+        'giving up its session (its entries stop counting once it is ended) and opening a new one',
+    );
+    await this.store.endSession(lease.id, null).catch(() => false);
   }
 
   private async beat(lease: SessionLease): Promise<void> {

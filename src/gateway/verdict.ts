@@ -214,6 +214,11 @@ export class StaleRefusals {
     if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError('capacity must be an integer ≥ 1');
   }
 
+  /** Locks whose refusal is kept now (≤ capacity). */
+  get size(): number {
+    return this.last.size;
+  }
+
   /** The stale refusal of `token` on `lock`, `highest` being the store's answer or the cache's (a lower bound). */
   of(lock: string, token: FencingToken, highest: FencingToken | null): Refusal {
     const kept = this.last.get(lock);

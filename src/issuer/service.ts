@@ -66,6 +66,25 @@ interface Grant {
   expiresAt: number;
 }
 
+/**
+ * A signal that aborts when `a` or `b` does, and `release` to unhook it from both: two
+ * plain listeners, so a long-lived `b` keeps nothing of a finished acquire.
+ */
+export function eitherSignal(a: AbortSignal, b: AbortSignal): { signal: AbortSignal; release: () => void } {
+  const both = new AbortController();
+  const abort = () => both.abort();
+  const release = () => {
+    a.removeEventListener('abort', abort);
+    b.removeEventListener('abort', abort);
+  };
+  if (a.aborted || b.aborted) both.abort();
+  else {
+    a.addEventListener('abort', abort, { once: true });
+    b.addEventListener('abort', abort, { once: true });
+  }
+  return { signal: both.signal, release };
+}
+
 export class Issuer {
   /** The store, its calls timed and counted (fencegate_store_*). */
   readonly store: Store;
@@ -74,6 +93,7 @@ export class Issuer {
   /** key -> leaseId of the last grant tracked for it. */
   private readonly grantOfKey = new Map<string, string>();
   private readonly sweeper: NodeJS.Timeout;
+  private readonly untrack: () => void;
   private readonly closing = new AbortController();
   /** Fires when the issuer shuts down: waiting acquires stop waiting and answer. */
   readonly closed: AbortSignal = this.closing.signal;
@@ -84,14 +104,24 @@ export class Issuer {
     readonly limits: IssuerLimits = DEFAULT_LIMITS,
   ) {
     this.store = instrumentStore(store, metrics);
+    this.untrack = metrics.trackSize('issuer-grants', () => this.grants.size);
     this.sweeper = setInterval(() => this.sweepLapsed(Date.now()), HOLD_SWEEP_MS);
     this.sweeper.unref();
   }
 
   async acquire(input: AcquireInput, signal?: AbortSignal): Promise<IssuerAcquireResult> {
     const started = performance.now();
-    const stop = signal ? AbortSignal.any([signal, this.closed]) : this.closed;
-    const result = await this.acquireInner(input, started, stop);
+    // Not AbortSignal.any([signal, this.closed]): on Node 20 each one made registers with
+    // the issuer's long-lived `closed` signal and stays reachable from it, one per acquire
+    // ever made (issue 30: memory grew with the number of distinct locks). A plain listener
+    // removed when the acquire settles costs nothing once it is over.
+    const stop = signal === undefined ? null : eitherSignal(signal, this.closed);
+    let result: IssuerAcquireResult;
+    try {
+      result = await this.acquireInner(input, started, stop?.signal ?? this.closed);
+    } finally {
+      stop?.release();
+    }
     const seconds = (performance.now() - started) / 1000;
     this.metrics.acquireSeconds.observe({ outcome: result.ok ? 'granted' : 'held' }, seconds);
     if (result.ok && !result.replayed) {
@@ -239,6 +269,7 @@ export class Issuer {
   shutdown(): void {
     this.closing.abort();
     clearInterval(this.sweeper);
+    this.untrack();
   }
 
   inspect(key: string): Promise<LockState | null> {

@@ -201,6 +201,23 @@ export interface FenceTallies {
   refused(reason: FencedReason, enforced: boolean): Tally;
 }
 
+/**
+ * The per-lock structures whose sizes fencegate_tracked_locks reports, each bounded
+ * (docs/observability.md, "Bounded per-lock memory"): the label values of `structure`.
+ */
+export const TRACKED_STRUCTURES = [
+  'stale-cache',
+  'shadow-stale-cache',
+  'stale-refusals',
+  'admission-holds',
+  'unfinished-finishes',
+  'gone-sessions',
+  'sequencer-cache',
+  'owner-lookups',
+  'issuer-grants',
+] as const;
+export type TrackedStructure = (typeof TRACKED_STRUCTURES)[number];
+
 export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
   const registry = new Registry();
   if (options.defaultMetrics ?? true) {
@@ -253,8 +270,35 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
     return byClass;
   }
 
+  // What each tracked structure's size is read from, when scraped (trackSize).
+  const sizes = new Map<TrackedStructure, Set<() => number>>();
+
   const metrics = {
     registry,
+    trackedLocks: new Gauge({
+      name: 'fencegate_tracked_locks',
+      help: 'Entries held now in a bounded per-lock structure of this process (locks, leases or sessions; see docs/observability.md for each bound)',
+      labelNames: ['structure'] as const,
+      registers,
+      collect() {
+        for (const structure of TRACKED_STRUCTURES) {
+          let n = 0;
+          for (const read of sizes.get(structure) ?? []) n += read();
+          this.set({ structure }, n);
+        }
+      },
+    }),
+
+    /**
+     * Reports `read()` as the size of `structure` in fencegate_tracked_locks (summed when
+     * several register one); returns the function that stops it (the owner closed).
+     */
+    trackSize(structure: TrackedStructure, read: () => number): () => void {
+      let set = sizes.get(structure);
+      if (set === undefined) sizes.set(structure, (set = new Set()));
+      set.add(read);
+      return () => void set.delete(read);
+    },
     /** Published from tallies (requestsOf); read with .get(). */
     requests: requests.counter,
     /** Published from tallies (fenceOf(route).admitted). */

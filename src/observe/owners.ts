@@ -39,6 +39,11 @@ export class OwnerLookup {
   private readonly timeoutMs: number;
   private readonly maxConcurrent: number;
   private readonly maxQueued: number;
+  /** Locks whose grants are cached now (≤ maxLocks). */
+  get size(): number {
+    return this.cache.size;
+  }
+
   /** Store reads started (for tests and the status page). */
   reads = 0;
 

@@ -94,6 +94,9 @@ export interface Tables {
   peers: Database<{ pid: number; path: string }, string>;
 }
 
+/** Address space reserved for the data file's map: 16 GiB, far above any fencegate store. */
+export const MAP_SIZE = 16 * 1024 ** 3;
+
 /** Named databases per namespace (7) times the namespaces one directory may hold, plus peers. */
 const MAX_DBS = 7 * 16 + 1;
 
@@ -104,6 +107,10 @@ export function openTables(path: string, namespace: string): Tables {
     // The commit promise resolves after fdatasync (see above), not merely when visible.
     overlappingSync: false,
     compression: false,
+    // The address space mapped once, up front (not memory: the file grows as data comes,
+    // and only pages touched are resident). Left to grow, the map was remapped in steps
+    // and each older mapping stayed resident next to the new one (issue 30).
+    mapSize: MAP_SIZE,
   });
   const named = <V, K extends string | number | string[]>(table: string): Database<V, K> =>
     root.openDB<V, K>({ name: `${namespace}/${table}` });

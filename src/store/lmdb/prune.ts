@@ -1,15 +1,20 @@
 /**
  * Housekeeping of the embedded store: expired idempotency records, queues whose
  * waiters all expired, and in-flight entries whose gateway session has ended (ending a
- * session removes them; this catches leftovers). Reads find candidates outside any
- * transaction; each batch is re-checked and deleted in one write transaction, so
- * housekeeping never holds the write lock for long and never deletes a record that
- * changed meanwhile.
+ * session removes them; this catches leftovers). Each table is read in passes of at most
+ * PRUNE_PASS records, outside any transaction, from where the last pass stopped; each
+ * pass's candidates are re-checked and deleted in write transactions of at most BATCH, so
+ * housekeeping never holds the write lock for long, never deletes a record that changed
+ * meanwhile, and never holds more than one pass of records in memory: a table of a
+ * million locks costs the same memory to sweep as one of five thousand (issue 30).
  */
+import type { Database } from 'lmdb';
 import type { InflightRec, Tables } from './db.js';
 import { nowMs } from './db.js';
 
 const BATCH = 500;
+/** Records read per pass at most; the candidates of one pass are all that is held. */
+export const PRUNE_PASS = 5_000;
 
 async function inBatches<K>(candidates: K[], t: Tables, drop: (key: K, now: number) => void): Promise<void> {
   for (let i = 0; i < candidates.length; i += BATCH) {
@@ -21,35 +26,93 @@ async function inBatches<K>(candidates: K[], t: Tables, drop: (key: K, now: numb
   }
 }
 
-export async function housekeep(t: Tables, stopped: () => boolean): Promise<void> {
-  t.root.resetReadTxn();
-  const now = nowMs();
-  const grants = [...t.grants.getRange({})].filter((e) => e.value.keepUntil <= now).map((e) => e.key);
-  await inBatches(grants, t, (key, at) => {
-    const g = t.grants.get(key);
-    if (g !== undefined && g.keepUntil <= at) t.grants.remove(key);
-  });
-  if (stopped()) return;
-  const queues = [...t.waiters.getRange({})]
-    .filter((e) => e.value.every((w) => w.deadline <= now))
-    .map((e) => e.key);
-  await inBatches(queues, t, (key, at) => {
-    const q = t.waiters.get(key);
-    if (q !== undefined && q.every((w) => w.deadline <= at)) t.waiters.remove(key);
-  });
-  if (stopped()) return;
+/**
+ * Sweeps `table` in passes of `pass` records: `stale` picks the candidates of a pass
+ * (judged at the pass's start), `drop` re-checks and deletes one inside a transaction.
+ * Returns the number of passes made (for tests).
+ */
+export async function sweepTable<K extends string | string[], V>(
+  t: Tables,
+  table: Database<V, K>,
+  stale: (value: V, now: number) => boolean,
+  drop: (key: K, now: number) => void,
+  stopped: () => boolean,
+  pass: number = PRUNE_PASS,
+): Promise<number> {
+  let start: K | undefined;
+  let passes = 0;
+  for (;;) {
+    if (stopped()) return passes;
+    t.root.resetReadTxn();
+    const now = nowMs();
+    const candidates: K[] = [];
+    let read = 0;
+    let last: K | undefined;
+    // A later pass starts at the previous pass's last record (if it is still there): skipped.
+    let skipFirst = start !== undefined;
+    const range = table.getRange(start === undefined ? { limit: pass } : { start, limit: pass + 1 });
+    for (const { key, value } of range) {
+      if (skipFirst) {
+        skipFirst = false;
+        if (sameKey(key, start)) continue;
+      }
+      if (read === pass) break;
+      read += 1;
+      last = key;
+      if (stale(value, now)) candidates.push(key);
+    }
+    passes += 1;
+    await inBatches(candidates, t, drop);
+    if (last === undefined || read < pass) return passes;
+    start = last;
+  }
+}
+
+function sameKey(a: unknown, b: unknown): boolean {
+  return Array.isArray(a) && Array.isArray(b)
+    ? a.length === b.length && a.every((x, i) => x === b[i])
+    : a === b;
+}
+
+export async function housekeep(t: Tables, stopped: () => boolean, pass: number = PRUNE_PASS): Promise<void> {
+  await sweepTable(
+    t,
+    t.grants,
+    (g, now) => g.keepUntil <= now,
+    (key, at) => {
+      const g = t.grants.get(key);
+      if (g !== undefined && g.keepUntil <= at) t.grants.remove(key);
+    },
+    stopped,
+    pass,
+  );
+  await sweepTable(
+    t,
+    t.waiters,
+    (q, now) => q.every((w) => w.deadline <= now),
+    (key, at) => {
+      const q = t.waiters.get(key);
+      if (q !== undefined && q.every((w) => w.deadline <= at)) t.waiters.remove(key);
+    },
+    stopped,
+    pass,
+  );
   // Entries of ended sessions that were not delivering (endSession removes them; this
   // catches leftovers). A delivering one is left to the gateway that watches it for its bound.
   const leftover = ([, session, bound = 0]: InflightRec[string]) =>
     bound === 0 && t.sessions.get(session) === undefined;
-  const orphaned = [...t.inflight.getRange({})]
-    .filter((e) => Object.values(e.value).some(leftover))
-    .map((e) => e.key);
-  await inBatches(orphaned, t, (key) => {
-    const entries = t.inflight.get(key);
-    if (entries === undefined) return;
-    const rest = Object.fromEntries(Object.entries(entries).filter(([, entry]) => !leftover(entry)));
-    if (Object.keys(rest).length > 0) t.inflight.put(key, rest);
-    else t.inflight.remove(key);
-  });
+  await sweepTable(
+    t,
+    t.inflight,
+    (entries) => Object.values(entries).some(leftover),
+    (key) => {
+      const entries = t.inflight.get(key);
+      if (entries === undefined) return;
+      const rest = Object.fromEntries(Object.entries(entries).filter(([, entry]) => !leftover(entry)));
+      if (Object.keys(rest).length > 0) t.inflight.put(key, rest);
+      else t.inflight.remove(key);
+    },
+    stopped,
+    pass,
+  );
 }
