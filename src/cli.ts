@@ -276,7 +276,7 @@ async function serveAsWorker(role: WorkerRole): Promise<number> {
 }
 
 async function startSingle(config: Readonly<ServeConfig>, logger: Logger) {
-  const { startServer } = await import('./server.js');
+  const { startServer } = await import('./serve.js');
   const server = await startServer(config, logger);
   return {
     ...server,

@@ -14,7 +14,7 @@ import type { AccessRecorder } from './access.js';
 import { Exchange } from './exchange.js';
 import type { FenceStep } from './fence.js';
 import { routeRequest } from './routing.js';
-import { installRefusalLane } from './lane.js';
+import { installRefusalLane } from '../http/lane.js';
 import type { KindRuntimes } from './runtimes.js';
 
 export interface DataPlaneParts {

@@ -9,7 +9,7 @@
  */
 import type { Worker } from 'node:cluster';
 import type { ServeConfig } from '../config.js';
-import type { BreakerState } from '../observe/breakers.js';
+import type { BreakerState } from '../breakers/board.js';
 import type { EventInput } from '../observe/events.js';
 
 /** The environment variable that makes a forked `fencegate serve` a worker, and gives it its config. */

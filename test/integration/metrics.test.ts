@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveConfig } from '../../src/config.js';
 import { DEFAULT_TOTAL_GAUGES, STORE_OPS } from '../../src/observe/metrics.js';
 import { startSampleUpstream, type SampleUpstream } from '../../src/sample/index.js';
-import { startServer, type RunningServer } from '../../src/server.js';
+import { startServer, type RunningServer } from '../../src/serve.js';
 import {
   acquire,
   dropRedisPrefix,

@@ -4,7 +4,7 @@
  * below is exact and nothing waits for the wall clock.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { Breaker } from '../../src/gateway/breaker.js';
+import { Breaker } from '../../src/breakers/circuit.js';
 
 const ok = () => Promise.resolve('ok');
 const boom = () => Promise.reject(Object.assign(new Error('boom'), { code: 'ECONNREFUSED' }));

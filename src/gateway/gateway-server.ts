@@ -5,7 +5,7 @@
  */
 import type { Server as TlsServer } from 'node:tls';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import type { BreakerBoard } from '../observe/breakers.js';
+import type { BreakerBoard } from '../breakers/board.js';
 import type { EventLog } from '../observe/events.js';
 import { seedPolicy, type Metrics } from '../observe/metrics.js';
 import { instrumentStore } from '../observe/store-metrics.js';
