@@ -14,7 +14,8 @@ import { compileHttpUpstream } from './compile.js';
 export const httpKind: DownstreamKind = {
   name: 'http',
   fenceAt: 'gateway',
-  routeFields: [],
+  upstreamFields: {},
+  routeFields: {},
   compileUpstream: compileHttpUpstream,
   compileRoute: () => ({ ok: true, target: {} }),
   writes(route, req): WriteSet {
