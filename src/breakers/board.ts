@@ -5,7 +5,9 @@
  * With --workers each worker has its own breakers, and the primary's board shows the
  * worst state over the workers (src/workers/breakers.ts).
  */
-export type BreakerState = 'closed' | 'half_open' | 'open';
+import type { BreakerState } from './circuit.js';
+
+export type { BreakerState } from './circuit.js';
 
 type Read = () => BreakerState;
 

@@ -9,13 +9,13 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { ProblemError } from '../errors.js';
-import type { FencedReason } from '../observe/metrics.js';
 import type { CompiledRoute, FencingSettings } from '../policy/index.js';
 import type { FencingToken } from '../tokens.js';
 import type { SequencerVerifier } from '../sequencer/index.js';
 import type { AdmitCheck } from '../store/types.js';
 import { FENCING_TOKEN, rawHeaderValues, readFencingSequencer, readFencingToken } from './headers.js';
 import type { AdmissionHolds, Hold } from './admission-hold.js';
+import type { FencedReason } from './reasons.js';
 import type { SessionLease } from './session.js';
 import type { StaleCache } from './stale-cache.js';
 import type { StoreGuard } from './store-guard.js';

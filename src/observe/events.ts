@@ -10,8 +10,8 @@
  * event is recorded (and gets its id) when the lookup answers, or fails, or times out.
  */
 import { EventRing, fenceEvent } from './event-ring.js';
-// The reasons of a `fenced-write` event are the metric's: one list (metrics.ts).
-import { FENCED_REASONS } from './metrics.js';
+// The reasons of a `fenced-write` event are the verdict's, as the metric's: one list.
+import { FENCED_REASONS } from '../gateway/reasons.js';
 
 /** Each event type and the reasons it can carry (reasons are unique across types). */
 export const EVENT_REASONS = {
