@@ -7,7 +7,7 @@
  */
 import type { CompiledUpstream } from './model.js';
 import type { PathPattern } from './path-pattern.js';
-import type { RawRoute, RawUpstream } from './schema.js';
+import type { FieldSchemas, KindFields, RawRoute, RawUpstream } from './schema.js';
 
 /** A policy error at a field below the upstream or route being compiled. */
 export interface FieldError {
@@ -23,10 +23,9 @@ export type UpstreamCompileResult =
 export type RouteCompileResult =
   { ok: true; target: Readonly<Record<string, unknown>> } | { ok: false; errors: FieldError[] };
 
-/** JSON Schema of each field, by field name, in the order they are listed in errors. */
-export type FieldSchemas = Readonly<Record<string, object>>;
+export type { FieldSchemas } from './schema.js';
 
-export interface PolicyKind {
+export interface PolicyKind extends KindFields {
   readonly name: string;
   /**
    * Upstream fields only this kind takes (e.g. postgres: pooler, poolSize), with their

@@ -6,7 +6,6 @@
  * is an error, never silently ignored.
  */
 import type { FenceCheck } from '../store/types.js';
-import type { PolicyKinds } from './kinds.js';
 
 export const HTTP_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'] as const;
 export type HttpMethod = (typeof HTTP_METHODS)[number];
@@ -167,8 +166,17 @@ const route = {
   },
 };
 
+/** JSON Schema of each field, by field name, in the order they are listed in errors. */
+export type FieldSchemas = Readonly<Record<string, object>>;
+
+/** A kind's own policy fields (./kinds.ts: PolicyKind). */
+export interface KindFields {
+  readonly upstreamFields: FieldSchemas;
+  readonly routeFields: FieldSchemas;
+}
+
 /** The schema of one policy file for these kinds: each kind's own fields after the shared ones. */
-export function policyFileSchema(kinds: PolicyKinds) {
+export function policyFileSchema(kinds: Readonly<Record<string, KindFields>>) {
   const all = Object.values(kinds);
   const upstream = {
     ...upstreamHead,
