@@ -9,6 +9,12 @@ import type { BreakerState } from './circuit.js';
 
 export type { BreakerState } from './circuit.js';
 
+/** Every breaker's state at one moment (what a worker reports to its primary). */
+export interface BreakerSnapshot {
+  store: BreakerState | null;
+  upstreams: Record<string, BreakerState>;
+}
+
 type Read = () => BreakerState;
 
 export class BreakerBoard {
@@ -38,7 +44,7 @@ export class BreakerBoard {
   }
 
   /** Every breaker's state now: what a worker reports to its primary (src/workers/). */
-  snapshot(): { store: BreakerState | null; upstreams: Record<string, BreakerState> } {
+  snapshot(): BreakerSnapshot {
     const upstreams: Record<string, BreakerState> = {};
     for (const [name, read] of this.upstreams) upstreams[name] = read();
     return { store: this.store(), upstreams };
