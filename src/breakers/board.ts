@@ -3,7 +3,7 @@
  * upstream that has been used), for GET /v1/status and the dashboard. The gateway
  * registers its breakers as it makes them; readers only see their current state.
  * With --workers each worker has its own breakers, and the primary's board shows the
- * worst state over the workers (src/workers/breakers.ts).
+ * worst state over the workers (src/breakers/cluster-board.ts).
  */
 import type { BreakerState } from './circuit.js';
 

@@ -48,7 +48,7 @@ export class DataPlane {
    * Answers now a request whose answer needs no waiting: refused by routing, or by the
    * fence from its headers alone (a stale flood's writes). True when it was answered and
    * counted; false when it would wait or go upstream, and nothing was done: `handle`
-   * serves it then, from the start (the refusal lane, lane.ts).
+   * serves it then, from the start (the refusal lane, src/http/lane.ts).
    */
   answerNow(req: IncomingMessage, res: ServerResponse): boolean {
     const { parts } = this;

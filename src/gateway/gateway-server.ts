@@ -61,7 +61,7 @@ export interface GatewayOptions {
   tls?: ListenerTls | null;
   /** --upstream-ca: trusted besides the built-in roots by https upstreams without their own `tls.ca`. */
   upstreamCa?: CaBundle | null;
-  /** Answer refusals that need no waiting below node:http (lane.ts). Default true. */
+  /** Answer refusals that need no waiting below node:http (src/http/lane.ts). Default true. */
   refusalLane?: boolean;
 }
 

@@ -1,5 +1,5 @@
 /**
- * Store calls on the request path, behind a circuit breaker (breaker.ts): while the
+ * Store calls on the request path, behind a circuit breaker (src/breakers/circuit.ts): while the
  * store is down, fenced writes fail fast with 503 fence-unavailable instead of each
  * waiting for a timeout. Its state is fencegate_breaker_state{breaker="store"}; store
  * failures are counted where the store is instrumented (src/observe/store-metrics.ts).

@@ -1,5 +1,5 @@
 /**
- * Upstream connections: one undici Pool and one circuit breaker (breaker.ts) per
+ * Upstream connections: one undici Pool and one circuit breaker (src/breakers/circuit.ts) per
  * upstream, shared by all requests. `forward` dispatches one request on its upstream's
  * pool, its handler wrapped by the request's ForwardGuard (GuardedHandler), and hands
  * the answer to the caller's sink as undici delivers it: no response stream, no promise

@@ -92,7 +92,7 @@ export function decide(input: VerdictInput): Verdict | Promise<Verdict> {
  * The verdict when it needs no waiting and changes nothing: a refusal of a missing,
  * malformed or known-stale token, or of a write with no session to record it under;
  * null when the store (or a hold, or a sequencer's verification) must judge. What the
- * refusal lane answers before node:http sees the request (lane.ts).
+ * refusal lane answers before node:http sees the request (src/http/lane.ts).
  */
 export function refusalNow(input: VerdictInput): Refusal | null {
   if (input.route.fencing.check === 'sequencer') return null;

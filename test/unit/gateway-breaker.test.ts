@@ -1,5 +1,5 @@
 /**
- * The request-path circuit breaker (src/gateway/breaker.ts): opossum's semantics for the
+ * The request-path circuit breaker (src/breakers/circuit.ts): opossum's semantics for the
  * options used. Time is faked (setTimeout, Date and performance.now), so every timing
  * below is exact and nothing waits for the wall clock.
  */

@@ -30,7 +30,7 @@ export const httpKind: DownstreamKind = {
   open(env) {
     return {
       serve: (ex, state) => forwardHttp(ex, state, env, {}),
-      // The shared pool follows the policy itself (server.ts); this only shows its breakers.
+      // The shared pool follows the policy itself (../../gateway-server.ts); this only shows its breakers.
       retain: (policy) => env.pool.seed(policy, 'http'),
       close: async () => undefined,
     };

@@ -108,7 +108,7 @@ export const s3Kind: DownstreamKind = {
   open(env) {
     return {
       serve: (ex, state) => forwardHttp(ex, state, env, { asSent: true }),
-      // The shared pool follows the policy itself (server.ts); this only shows its breakers.
+      // The shared pool follows the policy itself (../../gateway-server.ts); this only shows its breakers.
       retain: (policy) => env.pool.seed(policy, 's3'),
       close: async () => undefined,
     };
