@@ -16,7 +16,7 @@ export default tseslint.config(
   },
   {
     // The dashboard's page script runs in the browser.
-    files: ['src/dashboard/assets/**/*.js'],
+    files: ['src/control/dashboard/assets/**/*.js'],
     languageOptions: { globals: { ...globals.browser }, sourceType: 'script' },
   },
 );

@@ -5,7 +5,7 @@ import { join, extname, dirname } from 'node:path';
 
 const exts = new Set(['.lua', '.sql', '.html', '.css', '.json']);
 // Browser scripts are shipped as written (tsc compiles only the server's TypeScript).
-const browserScripts = 'src/dashboard/assets/';
+const browserScripts = 'src/control/dashboard/assets/';
 function walk(dir) {
   for (const name of readdirSync(dir)) {
     const p = join(dir, name);

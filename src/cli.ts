@@ -276,7 +276,7 @@ async function serveAsWorker(role: WorkerRole): Promise<number> {
 }
 
 async function startSingle(config: Readonly<ServeConfig>, logger: Logger) {
-  const { startServer } = await import('./server.js');
+  const { startServer } = await import('./serve.js');
   const server = await startServer(config, logger);
   return {
     ...server,
@@ -324,7 +324,7 @@ async function authCommand(args: string[]): Promise<number> {
 
 async function check(paths: string[]): Promise<number> {
   if (paths.length === 0) return fail('check needs at least one policy file or directory');
-  const { loadPolicies, formatPolicyError } = await import('./policy/index.js');
+  const { loadPolicies, formatPolicyError } = await import('./policies.js');
   let bad = 0;
   for (const p of paths) {
     const r = await loadPolicies(p);

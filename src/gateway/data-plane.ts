@@ -14,7 +14,7 @@ import type { AccessRecorder } from './access.js';
 import { Exchange } from './exchange.js';
 import type { FenceStep } from './fence.js';
 import { routeRequest } from './routing.js';
-import { installRefusalLane } from './lane.js';
+import { installRefusalLane } from '../http/lane.js';
 import type { KindRuntimes } from './runtimes.js';
 
 export interface DataPlaneParts {
@@ -48,7 +48,7 @@ export class DataPlane {
    * Answers now a request whose answer needs no waiting: refused by routing, or by the
    * fence from its headers alone (a stale flood's writes). True when it was answered and
    * counted; false when it would wait or go upstream, and nothing was done: `handle`
-   * serves it then, from the start (the refusal lane, lane.ts).
+   * serves it then, from the start (the refusal lane, src/http/lane.ts).
    */
   answerNow(req: IncomingMessage, res: ServerResponse): boolean {
     const { parts } = this;

@@ -21,10 +21,11 @@
 import type { IncomingMessage } from 'node:http';
 import { Transform, type TransformCallback } from 'node:stream';
 import { ProblemError } from '../errors.js';
-import type { CUT_REASONS, Metrics } from '../observe/metrics.js';
+import type { Metrics } from '../observe/metrics.js';
+import type { CutReason } from './reasons.js';
 import { sessionLapsed, type SessionLease } from './session.js';
 
-export type CutReason = (typeof CUT_REASONS)[number];
+export type { CutReason } from './reasons.js';
 
 /** The error undici sees for a request the gateway cut; carries the problem to send. */
 export class ForwardCutError extends Error {

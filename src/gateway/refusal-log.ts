@@ -4,7 +4,8 @@
  * kind's stale-token): the fenced-writes metric and an event in the event log.
  */
 import type { EventLog } from '../observe/events.js';
-import type { FencedReason, Metrics } from '../observe/metrics.js';
+import type { Metrics } from '../observe/metrics.js';
+import type { FencedReason } from './reasons.js';
 import type { FencingToken } from '../tokens.js';
 import type { GatewayRequestState } from './context.js';
 import type { Exchange } from './exchange.js';

@@ -1,10 +1,10 @@
 /**
- * Store calls on the request path, behind a circuit breaker (breaker.ts): while the
+ * Store calls on the request path, behind a circuit breaker (src/breakers/circuit.ts): while the
  * store is down, fenced writes fail fast with 503 fence-unavailable instead of each
  * waiting for a timeout. Its state is fencegate_breaker_state{breaker="store"}; store
  * failures are counted where the store is instrumented (src/observe/store-metrics.ts).
  */
-import { Breaker } from './breaker.js';
+import { Breaker } from '../breakers/circuit.js';
 import { ProblemError } from '../errors.js';
 import { STORE_BREAKER, type Metrics } from '../observe/metrics.js';
 import type { AdmitRequest, AdmitResult, Store } from '../store/types.js';

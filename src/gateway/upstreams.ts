@@ -1,5 +1,5 @@
 /**
- * Upstream connections: one undici Pool and one circuit breaker (breaker.ts) per
+ * Upstream connections: one undici Pool and one circuit breaker (src/breakers/circuit.ts) per
  * upstream, shared by all requests. `forward` dispatches one request on its upstream's
  * pool, its handler wrapped by the request's ForwardGuard (GuardedHandler), and hands
  * the answer to the caller's sink as undici delivers it: no response stream, no promise
@@ -9,11 +9,11 @@
  */
 import { isIP } from 'node:net';
 import { rootCertificates } from 'node:tls';
-import { Breaker } from './breaker.js';
+import { Breaker } from '../breakers/circuit.js';
 import { Pool, type Dispatcher } from 'undici';
 import type { CaBundle } from '../http/tls.js';
 import { GuardedHandler, type ForwardGuard, type LegacyHandler } from './forward-guard.js';
-import type { BreakerBoard } from '../observe/breakers.js';
+import type { BreakerBoard } from '../breakers/board.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { CompiledPolicy, CompiledUpstream } from '../policy/index.js';
 import { isUpstreamFailure } from './upstream-errors.js';

@@ -9,13 +9,13 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { ProblemError } from '../errors.js';
-import type { FencedReason } from '../observe/metrics.js';
 import type { CompiledRoute, FencingSettings } from '../policy/index.js';
 import type { FencingToken } from '../tokens.js';
 import type { SequencerVerifier } from '../sequencer/index.js';
 import type { AdmitCheck } from '../store/types.js';
 import { FENCING_TOKEN, rawHeaderValues, readFencingSequencer, readFencingToken } from './headers.js';
 import type { AdmissionHolds, Hold } from './admission-hold.js';
+import type { FencedReason } from './reasons.js';
 import type { SessionLease } from './session.js';
 import type { StaleCache } from './stale-cache.js';
 import type { StoreGuard } from './store-guard.js';
@@ -92,7 +92,7 @@ export function decide(input: VerdictInput): Verdict | Promise<Verdict> {
  * The verdict when it needs no waiting and changes nothing: a refusal of a missing,
  * malformed or known-stale token, or of a write with no session to record it under;
  * null when the store (or a hold, or a sequencer's verification) must judge. What the
- * refusal lane answers before node:http sees the request (lane.ts).
+ * refusal lane answers before node:http sees the request (src/http/lane.ts).
  */
 export function refusalNow(input: VerdictInput): Refusal | null {
   if (input.route.fencing.check === 'sequencer') return null;

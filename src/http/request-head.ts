@@ -1,5 +1,5 @@
 /**
- * A strict reader of one HTTP/1.1 request head, for the refusal lane (gateway/lane.ts):
+ * A strict reader of one HTTP/1.1 request head, for the refusal lane (./lane.ts):
  * it takes only the plainest requests, whole in the bytes at hand, and says null to
  * anything else, which node:http then reads as it always does. Null is never an error
  * here: a head split across reads, HTTP/1.0, a chunked or announced (Expect) body, an

@@ -8,7 +8,7 @@
  * fields, writing them cost a refusal about 1 µs (docs/adr/0013-stale-write-cache.md,
  * addenda 3 and 5). Events are made into objects when read.
  */
-import type { EventInput, FenceEvent } from './events.js';
+import type { EventInput, FenceEvent } from './event-types.js';
 
 /** Every field of an event but its id and time; never changed once made (events share it). */
 type Body = Readonly<Omit<FenceEvent, 'id' | 'time'>>;

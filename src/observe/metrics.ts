@@ -17,47 +17,19 @@
  * buckets the same way (HistogramCell: ~20 ns an observation instead of ~0.8 µs).
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { BREAKER_STATES, type BreakerState } from '../breakers/circuit.js';
+import { CUT_REASONS, FENCED_REASONS, type FencedReason } from '../gateway/reasons.js';
 import type { CompiledPolicy } from '../policy/index.js';
-
-export const FENCED_REASONS = ['stale', 'forged', 'missing', 'lease', 'malformed', 'unavailable'] as const;
-export type FencedReason = (typeof FENCED_REASONS)[number];
+import { STORE_OPS } from '../store/ops.js';
 
 /** Status classes of fencegate_requests_total; index = Math.floor(status / 100). */
 export const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const;
-
-export const BREAKER_STATES = ['closed', 'half_open', 'open'] as const;
-export type BreakerState = (typeof BREAKER_STATES)[number];
 
 /** The breaker label of the fence store's circuit (upstream circuits use the upstream name). */
 export const STORE_BREAKER = 'store';
 
 /** The route label of data-listener requests that matched no route. */
 export const NO_ROUTE = 'none';
-
-/** Store operations timed and counted (the Store interface's calls; src/observe/store-metrics.ts). */
-export const STORE_OPS = [
-  'tryAcquire',
-  'renew',
-  'release',
-  'inspect',
-  'enqueueWaiter',
-  'removeWaiter',
-  'listLocks',
-  'admit',
-  'finish',
-  'deliver',
-  'lowerInflight',
-  'dropInflight',
-  'openSession',
-  'beatSession',
-  'readSessions',
-  'endSession',
-  'watch',
-  'bumpEpoch',
-  'now',
-  'health',
-] as const;
-export type StoreOp = (typeof STORE_OPS)[number];
 
 /** prom-client default metrics left out: gauges named like counters. */
 export const DEFAULT_TOTAL_GAUGES = [
@@ -67,14 +39,6 @@ export const DEFAULT_TOTAL_GAUGES = [
 ] as const;
 
 const DRAIN_OUTCOMES = ['cleared', 'timeout', 'aborted', 'lapsed', 'error'] as const;
-/** Why the gateway cut a forwarded request (fencegate_forwards_cut_total{reason}; ForwardGuard). */
-export const CUT_REASONS = [
-  'body-idle',
-  'upload-time',
-  'upstream-late',
-  'session-lapsed',
-  'upstream-encoding',
-] as const;
 
 /** One counter series as a plain number: `tally.n += 1` on the hot path. */
 export interface Tally {

@@ -12,8 +12,9 @@
  * breaker refuses or gives up waiting for never count here (they are visible in
  * fencegate_breaker_state and fencegate_fenced_writes_total{reason="unavailable"}).
  */
+import { STORE_OPS } from '../store/ops.js';
 import type { Store } from '../store/types.js';
-import { STORE_OPS, type HistogramCell, type Metrics } from './metrics.js';
+import type { HistogramCell, Metrics } from './metrics.js';
 
 const INSTRUMENTED = Symbol('fencegate.instrumentedStore');
 

@@ -5,8 +5,8 @@
  * (syntax, unknown path parameters, forbidden headers), `fencing` without `lock`, and
  * earlier routes that would take a later fenced route's writes unfenced (shadowing.ts).
  */
-import { KINDS, kindFor, routeFieldsByKind } from '../gateway/kinds/index.js';
 import type { PolicyError } from './errors.js';
+import type { PolicyKind, PolicyKinds } from './kinds.js';
 import {
   createCompiledPolicy,
   DEFAULTS,
@@ -28,7 +28,8 @@ export interface ValidFile {
 
 export type CompileResult = { ok: true; policy: CompiledPolicy } | { ok: false; errors: PolicyError[] };
 
-export function compilePolicy(files: readonly ValidFile[]): CompileResult {
+/** Compiles schema-valid files for `kinds` (the registry the composition root hands in). */
+export function compilePolicy(files: readonly ValidFile[], kinds: PolicyKinds): CompileResult {
   const errors: PolicyError[] = [];
   // No prototype: upstream names are user-chosen ("constructor", "toString" are valid names).
   const upstreams = Object.create(null) as Record<string, CompiledUpstream>;
@@ -46,12 +47,19 @@ export function compilePolicy(files: readonly ValidFile[]): CompileResult {
         continue;
       }
       upstreamSeenAt.set(name, here);
-      const kind = kindFor(raw.kind);
+      const kind = kinds[raw.kind] ?? null;
       if (kind === null) {
-        const known = Object.keys(KINDS).join(', ');
+        const known = Object.keys(kinds).join(', ');
         errors.push(
           source.error(['upstreams', name, 'kind'], `unknown kind "${raw.kind}" (known: ${known})`),
         );
+        continue;
+      }
+      // Fields that belong to other kinds (a postgres `pooler` on an http upstream) are errors.
+      const foreign = foreignField(kinds, kind, raw, (k) => k.upstreamFields);
+      if (foreign !== null) {
+        const message = `only ${foreign.kind} upstreams take "${foreign.field}" (this one is ${kind.name})`;
+        errors.push(source.error(['upstreams', name, foreign.field], message));
         continue;
       }
       const compiled = kind.compileUpstream(name, raw);
@@ -66,15 +74,6 @@ export function compilePolicy(files: readonly ValidFile[]): CompileResult {
           source.error(
             ['upstreams', name, 'methodOverride'],
             `only http upstreams honour method-override headers (this one is ${kind.name})`,
-          ),
-        );
-        continue;
-      }
-      if (raw.virtualHostDomains !== undefined && kind.name !== 's3') {
-        errors.push(
-          source.error(
-            ['upstreams', name, 'virtualHostDomains'],
-            `only s3 upstreams take "virtualHostDomains" (this one is ${kind.name})`,
           ),
         );
         continue;
@@ -102,7 +101,7 @@ export function compilePolicy(files: readonly ValidFile[]): CompileResult {
       } else {
         routeSeenAt.set(raw.name, nameAt);
       }
-      const route = compileRoute(raw, upstreams, upstreamSeenAt.has(raw.upstream), (field, message) =>
+      const route = compileRoute(kinds, raw, upstreams, upstreamSeenAt.has(raw.upstream), (field, message) =>
         errors.push(source.error(at(...field), message)),
       );
       if (route !== null) {
@@ -157,6 +156,7 @@ export function compilePolicy(files: readonly ValidFile[]): CompileResult {
 type Report = (field: (string | number)[], message: string) => void;
 
 function compileRoute(
+  kinds: PolicyKinds,
   raw: RawRoute,
   upstreams: Record<string, CompiledUpstream>,
   upstreamDeclared: boolean,
@@ -195,12 +195,12 @@ function compileRoute(
   }
 
   // Fields that belong to other kinds (a postgres `table` on an http route) are errors.
-  const kind = upstream === undefined ? null : kindFor(upstream.kind);
-  for (const [kindName, fields] of routeFieldsByKind()) {
-    if (kindName === kind?.name) continue;
-    for (const field of fields) {
-      if (raw[field] !== undefined && !kind?.routeFields.includes(field)) {
-        fail([field], `only routes of a "${kindName}" upstream take "${field}"`);
+  const kind = upstream === undefined ? null : (kinds[upstream.kind] ?? null);
+  for (const other of Object.values(kinds)) {
+    if (other.name === kind?.name) continue;
+    for (const field of Object.keys(other.routeFields)) {
+      if (raw[field] !== undefined && !(kind !== null && Object.hasOwn(kind.routeFields, field))) {
+        fail([field], `only routes of a "${other.name}" upstream take "${field}"`);
       }
     }
   }
@@ -232,6 +232,23 @@ function compileRoute(
     shadows: [...(raw.shadows ?? [])],
     target,
   };
+}
+
+/** The first field `raw` sets that another kind owns (and `kind` does not), in registry order. */
+function foreignField(
+  kinds: PolicyKinds,
+  kind: PolicyKind,
+  raw: Readonly<Record<string, unknown>>,
+  fieldsOf: (k: PolicyKind) => Readonly<Record<string, object>>,
+): { kind: string; field: string } | null {
+  for (const other of Object.values(kinds)) {
+    if (other === kind) continue;
+    for (const field of Object.keys(fieldsOf(other))) {
+      if (raw[field] !== undefined && !Object.hasOwn(fieldsOf(kind), field))
+        return { kind: other.name, field };
+    }
+  }
+  return null;
 }
 
 function where(e: PolicyError): string {

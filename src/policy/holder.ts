@@ -7,6 +7,7 @@ import { statSync, watch as fsWatch, type FSWatcher } from 'node:fs';
 import { pathExists } from '../paths.js';
 import { basename, dirname } from 'node:path';
 import type { PolicyError } from './errors.js';
+import type { PolicyKinds } from './kinds.js';
 import { loadPolicies } from './load.js';
 import { createCompiledPolicy, type CompiledPolicy } from './model.js';
 
@@ -41,6 +42,8 @@ export class PolicyHolder {
   constructor(
     /** The file or directory the policy is loaded from. */
     readonly path: string,
+    /** The kinds its upstreams may be of (the registry the composition root hands in). */
+    readonly kinds: PolicyKinds,
     initial: CompiledPolicy = EMPTY_POLICY,
   ) {
     this.policy = initial;
@@ -51,15 +54,18 @@ export class PolicyHolder {
    * With `mayBeMissing`, a path where nothing exists is not an error: the holder then
    * serves no routes (`missing: true`) until a reload finds policies there.
    */
-  static async open(
+  static async openFor(
     path: string,
+    kinds: PolicyKinds,
     options: { mayBeMissing?: boolean } = {},
   ): Promise<{ ok: true; holder: PolicyHolder; missing: boolean } | { ok: false; errors: PolicyError[] }> {
     if (options.mayBeMissing === true && !(await pathExists(path))) {
-      return { ok: true, holder: new PolicyHolder(path), missing: true };
+      return { ok: true, holder: new PolicyHolder(path, kinds), missing: true };
     }
-    const loaded = await loadPolicies(path);
-    return loaded.ok ? { ok: true, holder: new PolicyHolder(path, loaded.policy), missing: false } : loaded;
+    const loaded = await loadPolicies(path, kinds);
+    return loaded.ok
+      ? { ok: true, holder: new PolicyHolder(path, kinds, loaded.policy), missing: false }
+      : loaded;
   }
 
   get current(): CompiledPolicy {
@@ -163,7 +169,7 @@ export class PolicyHolder {
   }
 
   private async loadOnce(): Promise<ReloadResult> {
-    const loaded = await loadPolicies(this.path);
+    const loaded = await loadPolicies(this.path, this.kinds);
     if (!loaded.ok) return loaded;
     this.policy = loaded.policy;
     for (const listener of this.listeners) listener(loaded.policy);

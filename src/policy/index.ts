@@ -14,3 +14,11 @@ export { DEFAULTS as POLICY_DEFAULTS } from './model.js';
 export { splitRequestPath, parsePathPattern, matchPath, type PathPattern } from './path-pattern.js';
 export { parseLockTemplate, renderLock, type LockTemplate, type HeaderLookup } from './template.js';
 export { HTTP_METHODS, type HttpMethod } from './schema.js';
+export type {
+  FieldError,
+  FieldSchemas,
+  PolicyKind,
+  PolicyKinds,
+  RouteCompileResult,
+  UpstreamCompileResult,
+} from './kinds.js';

@@ -8,6 +8,7 @@ import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { compilePolicy, type ValidFile } from './compile.js';
 import type { PolicyError } from './errors.js';
+import type { PolicyKinds } from './kinds.js';
 import type { CompiledPolicy } from './model.js';
 import { PolicySource } from './source.js';
 import { validatePolicyFile } from './validate.js';
@@ -16,18 +17,19 @@ export type LoadResult = { ok: true; policy: CompiledPolicy } | { ok: false; err
 
 const POLICY_FILE = /\.ya?ml$/i;
 
-export async function loadPolicies(path: string): Promise<LoadResult> {
+/** Loads the policy at `path` for `kinds` (the registry the composition root hands in). */
+export async function loadPolicies(path: string, kinds: PolicyKinds): Promise<LoadResult> {
   const listed = await listPolicyFiles(path);
   if (!listed.ok) return listed;
   const errors: PolicyError[] = [];
   const valid: ValidFile[] = [];
   for (const file of listed.files) {
-    const result = await loadFile(file);
+    const result = await loadFile(file, kinds);
     if (result.ok) valid.push(result.file);
     else errors.push(...result.errors);
   }
   if (errors.length > 0) return { ok: false, errors };
-  return compilePolicy(valid);
+  return compilePolicy(valid, kinds);
 }
 
 /**
@@ -37,9 +39,10 @@ export async function loadPolicies(path: string): Promise<LoadResult> {
 export function parsePolicyText(
   file: string,
   text: string,
+  kinds: PolicyKinds,
 ): { ok: true; file: ValidFile } | { ok: false; errors: PolicyError[] } {
   try {
-    return parseChecked(file, text);
+    return parseChecked(file, text, kinds);
   } catch (err) {
     // Not expected (PolicySource catches what yaml throws); kept so a library surprise is an error, not a crash.
     const detail = err instanceof Error ? err.message : String(err);
@@ -53,6 +56,7 @@ export function parsePolicyText(
 function parseChecked(
   file: string,
   text: string,
+  kinds: PolicyKinds,
 ): { ok: true; file: ValidFile } | { ok: false; errors: PolicyError[] } {
   const parsed = PolicySource.parse(file, text);
   if (!parsed.ok) return parsed;
@@ -62,13 +66,14 @@ function parseChecked(
   if (data === null || data === undefined) {
     return { ok: false, errors: [{ file, line: 1, column: 1, field: '', message: 'file is empty' }] };
   }
-  const validated = validatePolicyFile(parsed.source, data);
+  const validated = validatePolicyFile(parsed.source, data, kinds);
   if (!validated.ok) return validated;
   return { ok: true, file: { source: parsed.source, data: validated.file } };
 }
 
 async function loadFile(
   file: string,
+  kinds: PolicyKinds,
 ): Promise<{ ok: true; file: ValidFile } | { ok: false; errors: PolicyError[] }> {
   let text: string;
   try {
@@ -76,7 +81,7 @@ async function loadFile(
   } catch (err) {
     return { ok: false, errors: [wholeFile(file, `cannot read: ${describeFsError(err)}`)] };
   }
-  return parsePolicyText(file, text);
+  return parsePolicyText(file, text, kinds);
 }
 
 async function listPolicyFiles(

@@ -1,5 +1,7 @@
 /**
- * The JSON Schema of one policy file, and the TypeScript shape it guarantees.
+ * The JSON Schema of one policy file, and the TypeScript shape it guarantees: the fields
+ * every upstream and route has, and each kind's own fields from its schema fragment
+ * (PolicyKind.upstreamFields, routeFields), merged for the kinds handed in.
  * Every object has `additionalProperties: false`: an unknown (often misspelled) key
  * is an error, never silently ignored.
  */
@@ -24,14 +26,6 @@ export interface RawUpstream {
   url: string;
   timeoutMs?: number;
   breaker?: RawBreaker;
-  /** kind: postgres: `transaction` behind a transaction pooler such as PgBouncer. */
-  pooler?: 'none' | 'transaction';
-  /** kind: postgres: the schema of the fence table in the target database. */
-  fenceSchema?: string;
-  /** kind: postgres: prepare each statement once per connection (default true; false with a pooler). */
-  preparedStatements?: boolean;
-  /** kind: postgres: connections to the database, at most (default 10). */
-  poolSize?: number;
   /** https upstreams: how the upstream's certificate is verified, and the gateway's own (mTLS). */
   tls?: RawUpstreamTls;
   /**
@@ -40,12 +34,8 @@ export interface RawUpstream {
    * carries one is routed and fenced by the method it names, and the header is forwarded.
    */
   methodOverride?: 'strip' | 'honour';
-  /**
-   * kind: s3: the domains its storage serves virtual-hosted-style buckets under
-   * (`Host: bucket.domain`); [] when it serves none. Absent: a Host that may name a
-   * bucket is refused (src/gateway/kinds/s3/hosts.ts).
-   */
-  virtualHostDomains?: string[];
+  /** A kind's own fields (its PolicyKind.upstreamFields), shaped as its schema fragment says. */
+  readonly [kindField: string]: unknown;
 }
 
 /** File paths are relative to the policy file. */
@@ -82,10 +72,8 @@ export interface RawRoute {
   params?: Record<string, string>;
   /** Later fenced routes whose matching requests this route deliberately takes (see shadowing.ts). */
   shadows?: string[];
-  /** kind: postgres: the table, its key column, and the columns a write may set. */
-  table?: string;
-  key?: string;
-  columns?: string[];
+  /** A kind's own fields (its PolicyKind.routeFields), shaped as its schema fragment says. */
+  readonly [kindField: string]: unknown;
 }
 
 export interface RawPolicyFile {
@@ -108,7 +96,7 @@ const breaker = {
   },
 };
 
-const upstream = {
+const upstreamHead = {
   type: 'object',
   additionalProperties: false,
   required: ['kind', 'url'],
@@ -117,12 +105,13 @@ const upstream = {
     url: { type: 'string', minLength: 1 },
     timeoutMs: ms(1, 600_000),
     breaker,
-    pooler: { enum: ['none', 'transaction'] },
-    fenceSchema: { type: 'string', minLength: 1 },
-    preparedStatements: { type: 'boolean' },
-    poolSize: ms(1, 1_000),
+  },
+};
+
+/** Upstream fields after the kinds' own, in error listings. */
+const upstreamTail = {
+  properties: {
     methodOverride: { enum: ['strip', 'honour'] },
-    virtualHostDomains: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true },
     tls: {
       type: 'object',
       additionalProperties: false,
@@ -174,20 +163,41 @@ const route = {
       additionalProperties: { type: 'string', minLength: 1 },
     },
     shadows: { type: 'array', uniqueItems: true, items: name },
-    table: { type: 'string', minLength: 1 },
-    key: { type: 'string', minLength: 1 },
-    columns: { type: 'array', uniqueItems: true, items: { type: 'string', minLength: 1 } },
   },
 };
 
-export const policyFileSchema = {
-  $id: 'urn:fencegate:policy-file',
-  type: 'object',
-  additionalProperties: false,
-  required: ['version'],
-  properties: {
-    version: { const: 1 },
-    upstreams: { type: 'object', propertyNames: name, additionalProperties: upstream },
-    routes: { type: 'array', items: route },
-  },
-} as const;
+/** JSON Schema of each field, by field name, in the order they are listed in errors. */
+export type FieldSchemas = Readonly<Record<string, object>>;
+
+/** A kind's own policy fields (./kinds.ts: PolicyKind). */
+export interface KindFields {
+  readonly upstreamFields: FieldSchemas;
+  readonly routeFields: FieldSchemas;
+}
+
+/** The schema of one policy file for these kinds: each kind's own fields after the shared ones. */
+export function policyFileSchema(kinds: Readonly<Record<string, KindFields>>) {
+  const all = Object.values(kinds);
+  const upstream = {
+    ...upstreamHead,
+    properties: {
+      ...upstreamHead.properties,
+      ...Object.assign({}, ...all.map((k) => k.upstreamFields)),
+      ...upstreamTail.properties,
+    },
+  };
+  const kindRoute = {
+    ...route,
+    properties: { ...route.properties, ...Object.assign({}, ...all.map((k) => k.routeFields)) },
+  };
+  return {
+    type: 'object',
+    additionalProperties: false,
+    required: ['version'],
+    properties: {
+      version: { const: 1 },
+      upstreams: { type: 'object', propertyNames: name, additionalProperties: upstream },
+      routes: { type: 'array', items: kindRoute },
+    },
+  } as const;
+}

@@ -2,18 +2,31 @@
  * Schema validation of one parsed policy file, with every ajv error mapped to a
  * located PolicyError (file:line:column, field, readable message).
  */
-import { Ajv, type ErrorObject } from 'ajv';
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import type { PolicyError } from './errors.js';
+import type { PolicyKinds } from './kinds.js';
 import { NAME_HINT, NAME_PATTERN, policyFileSchema, type RawPolicyFile } from './schema.js';
 import type { PolicySource } from './source.js';
 
-const ajv = new Ajv({ allErrors: true, verbose: true, strict: true });
-const validateFile = ajv.compile<RawPolicyFile>(policyFileSchema);
+/** One compiled validator per registry of kinds (in practice one per process). */
+const validators = new WeakMap<PolicyKinds, ValidateFunction<RawPolicyFile>>();
+
+function validatorFor(kinds: PolicyKinds): ValidateFunction<RawPolicyFile> {
+  let validate = validators.get(kinds);
+  if (validate === undefined) {
+    const ajv = new Ajv({ allErrors: true, verbose: true, strict: true });
+    validate = ajv.compile<RawPolicyFile>(policyFileSchema(kinds));
+    validators.set(kinds, validate);
+  }
+  return validate;
+}
 
 export function validatePolicyFile(
   source: PolicySource,
   data: unknown,
+  kinds: PolicyKinds,
 ): { ok: true; file: RawPolicyFile } | { ok: false; errors: PolicyError[] } {
+  const validateFile = validatorFor(kinds);
   if (validateFile(data)) return { ok: true, file: data };
   const errors = (validateFile.errors ?? [])
     .filter((e) => e.propertyName === undefined)

@@ -9,7 +9,6 @@
  */
 import type { Worker } from 'node:cluster';
 import type { ServeConfig } from '../config.js';
-import type { BreakerState } from '../observe/breakers.js';
 import type { EventInput } from '../observe/events.js';
 
 /** The environment variable that makes a forked `fencegate serve` a worker, and gives it its config. */
@@ -23,10 +22,7 @@ export interface WorkerRole {
 
 export type Question = 'metrics' | 'breakers' | 'reload' | 'reload-keys' | 'reload-tls';
 
-export interface BreakerSnapshot {
-  store: BreakerState | null;
-  upstreams: Record<string, BreakerState>;
-}
+export type { BreakerSnapshot } from '../breakers/board.js';
 
 export interface ReloadAnswer {
   policy: boolean;

@@ -34,8 +34,8 @@ import {
   startProbes,
   type ReloadTrigger,
   type ServeCore,
-} from '../server.js';
-import { ClusterBreakers } from './breakers.js';
+} from '../serve.js';
+import { ClusterBreakers } from '../breakers/cluster-board.js';
 import { Asker, isToPrimary, WORKER_ROLE_ENV, type ReloadAnswer, type WorkerRole } from './ipc.js';
 import { aggregateMetrics, isMetricsSnapshot, retire, type MetricsSnapshot } from './metrics.js';
 

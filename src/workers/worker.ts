@@ -5,7 +5,7 @@
  * listener; the worker sends it its fenced-write events, answers its questions
  * (metrics, breakers, reload) and drains when told to, or on SIGTERM/SIGINT.
  */
-import { BreakerBoard } from '../observe/breakers.js';
+import { BreakerBoard } from '../breakers/board.js';
 import { EventLog, type EventInput, type FenceEvent } from '../observe/events.js';
 import type { Logger } from '../observe/log.js';
 import { formatPolicyError } from '../policy/index.js';
@@ -16,7 +16,7 @@ import {
   reloadTls,
   runClosers,
   type ServeCore,
-} from '../server.js';
+} from '../serve.js';
 import { isToWorker, type Question, type ReloadAnswer, type ToPrimary, type WorkerRole } from './ipc.js';
 
 /** Events waiting to be sent to the primary at most; past it they are dropped (a primary that stalls). */

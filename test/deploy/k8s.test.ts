@@ -13,7 +13,7 @@ import ts from 'typescript';
 import { parseAllDocuments } from 'yaml';
 import { describe, expect, it } from 'vitest';
 import { parseAuthText } from '../../src/auth/file.js';
-import { parsePolicyText } from '../../src/policy/index.js';
+import { parsePolicyText } from '../../src/policies.js';
 import { ROOT } from '../helpers/procs.js';
 
 const K8S = join(ROOT, 'deploy', 'k8s');

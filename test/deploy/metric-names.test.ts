@@ -12,7 +12,7 @@ import { parse } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveConfig } from '../../src/config.js';
 import { startSampleUpstream, type SampleUpstream } from '../../src/sample/index.js';
-import { startServer, type RunningServer } from '../../src/server.js';
+import { startServer, type RunningServer } from '../../src/serve.js';
 import { ROOT, tempDir } from '../helpers/procs.js';
 
 /** Series Prometheus makes itself, not fencegate: `up` for every scrape target. */

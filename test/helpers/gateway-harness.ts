@@ -16,7 +16,7 @@ import type { StoreGuardOptions } from '../../src/gateway/index.js';
 import type { SessionSettings } from '../../src/gateway/session.js';
 import { EventLog } from '../../src/observe/events.js';
 import { createMetrics, type Metrics } from '../../src/observe/metrics.js';
-import { formatPolicyError, PolicyHolder } from '../../src/policy/index.js';
+import { formatPolicyError, PolicyHolder } from '../../src/policies.js';
 import type { KeyRing } from '../../src/sequencer/index.js';
 import type { Store } from '../../src/store/types.js';
 

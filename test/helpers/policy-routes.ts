@@ -2,7 +2,7 @@
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { formatPolicyError, loadPolicies } from '../../src/policy/index.js';
+import { formatPolicyError, loadPolicies } from '../../src/policies.js';
 
 const HEAD = [
   'version: 1',

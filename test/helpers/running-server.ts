@@ -4,7 +4,7 @@
  * given policies, no log output.
  */
 import { DEFAULTS, type ServeConfig } from '../../src/config.js';
-import { startServer, type RunningServer } from '../../src/server.js';
+import { startServer, type RunningServer } from '../../src/serve.js';
 import { deleteRedisPrefix, REDIS_URL, uniqueName } from './stores.js';
 
 export interface TestServer {

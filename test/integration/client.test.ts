@@ -7,7 +7,7 @@ import { createServer } from 'node:http';
 import type { FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FencegateClient, LeaseLostError, LockHeldError, withFencingToken } from '../../src/client/index.js';
-import { buildControl } from '../../src/control.js';
+import { buildControl } from '../../src/control/control-server.js';
 import { Issuer } from '../../src/issuer/service.js';
 import { EventLog } from '../../src/observe/events.js';
 import { createMetrics } from '../../src/observe/metrics.js';

@@ -12,7 +12,7 @@ import { Authenticator } from '../../src/auth/authenticate.js';
 import { parseAuthText } from '../../src/auth/file.js';
 import { generateApiKey } from '../../src/auth/keys.js';
 import { ACCESS_RULES } from '../../src/auth/plugin.js';
-import { buildControl } from '../../src/control.js';
+import { buildControl } from '../../src/control/control-server.js';
 import { Issuer } from '../../src/issuer/service.js';
 import { EventLog } from '../../src/observe/events.js';
 import { createMetrics } from '../../src/observe/metrics.js';

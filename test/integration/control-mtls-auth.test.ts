@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateApiKey } from '../../src/auth/keys.js';
 import { resolveConfig } from '../../src/config.js';
-import { startServer, type RunningServer } from '../../src/server.js';
+import { startServer, type RunningServer } from '../../src/serve.js';
 import { dropRedisPrefix, randomNamespace } from '../helpers/e2e.js';
 import { httpsRequest, makeTestCerts, type TestCerts } from '../helpers/tls-certs.js';
 

@@ -7,7 +7,7 @@ import net from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import { EventLog, type EventInput, type FenceEvent } from '../../src/observe/events.js';
-import eventsRoutes from '../../src/observe/events-routes.js';
+import eventsRoutes from '../../src/control/events-routes.js';
 import { openSse } from '../helpers/sse.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FencegateClient } from '../../src/client/index.js';
-import { buildControl } from '../../src/control.js';
+import { buildControl } from '../../src/control/control-server.js';
 import { Issuer } from '../../src/issuer/service.js';
 import { createMetrics } from '../../src/observe/metrics.js';
 import {

@@ -4,7 +4,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildControl } from '../../src/control.js';
+import { buildControl } from '../../src/control/control-server.js';
 import { Issuer } from '../../src/issuer/service.js';
 import { EventLog } from '../../src/observe/events.js';
 import { createMetrics } from '../../src/observe/metrics.js';

@@ -11,9 +11,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveConfig } from '../../src/config.js';
-import { DEFAULT_TOTAL_GAUGES, STORE_OPS } from '../../src/observe/metrics.js';
+import { DEFAULT_TOTAL_GAUGES } from '../../src/observe/metrics.js';
+import { STORE_OPS } from '../../src/store/ops.js';
 import { startSampleUpstream, type SampleUpstream } from '../../src/sample/index.js';
-import { startServer, type RunningServer } from '../../src/server.js';
+import { startServer, type RunningServer } from '../../src/serve.js';
 import {
   acquire,
   dropRedisPrefix,

@@ -8,7 +8,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RunningServer } from '../../src/server.js';
+import type { RunningServer } from '../../src/serve.js';
 import { pgKindFixture, PG_URL, type PgKindFixture } from '../helpers/pg-kind.js';
 import { startRedisServerWith, type TestServer } from '../helpers/running-server.js';
 

@@ -1,5 +1,5 @@
 /**
- * A seeded fuzz of the refusal lane's handoff (src/gateway/lane.ts, docs/fuzzing.md): each
+ * A seeded fuzz of the refusal lane's handoff (src/http/lane.ts, docs/fuzzing.md): each
  * seed makes one connection's plan, a random pipeline of requests the lane answers (stale,
  * missing or malformed tokens, no route) and requests it hands to node:http (forwarded reads
  * and writes, large answers, chunked bodies, HTTP/1.0, heads split across writes), cut into

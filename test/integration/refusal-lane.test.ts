@@ -1,5 +1,5 @@
 /**
- * The refusal lane (src/gateway/lane.ts) answers below node:http what needs no waiting.
+ * The refusal lane (src/http/lane.ts) answers below node:http what needs no waiting.
  * Held to node:http itself: the same bytes, sent the same way to a gateway with the lane
  * and to one without it, get the same answers (Date and request ids aside), close the
  * connection the same way, forward the same requests upstream, and count and record the

@@ -12,7 +12,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveConfig } from '../../src/config.js';
 import { readCertificates } from '../../src/http/tls.js';
-import { startServer } from '../../src/server.js';
+import { startServer } from '../../src/serve.js';
 import { openStore, type Store } from '../../src/store/index.js';
 import { pgConnection } from '../../src/store/sql/pg-ssl.js';
 import { dropPostgresSchema, randomNamespace, SHARED_POSTGRES } from '../helpers/e2e.js';

@@ -10,7 +10,7 @@ import { once } from 'node:events';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveConfig, type RawSettings } from '../../src/config.js';
-import { startServer, type RunningServer } from '../../src/server.js';
+import { startServer, type RunningServer } from '../../src/serve.js';
 import { dropRedisPrefix, randomNamespace } from '../helpers/e2e.js';
 import { httpsRequest, keepAliveAgent, makeTestCerts, type TestCerts } from '../helpers/tls-certs.js';
 

@@ -1,10 +1,10 @@
 /**
- * The request-path circuit breaker (src/gateway/breaker.ts): opossum's semantics for the
+ * The request-path circuit breaker (src/breakers/circuit.ts): opossum's semantics for the
  * options used. Time is faked (setTimeout, Date and performance.now), so every timing
  * below is exact and nothing waits for the wall clock.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { Breaker } from '../../src/gateway/breaker.js';
+import { Breaker } from '../../src/breakers/circuit.js';
 
 const ok = () => Promise.resolve('ok');
 const boom = () => Promise.reject(Object.assign(new Error('boom'), { code: 'ECONNREFUSED' }));

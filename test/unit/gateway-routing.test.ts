@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { createGateway } from '../../src/gateway/index.js';
 import { EventLog } from '../../src/observe/events.js';
 import { createMetrics } from '../../src/observe/metrics.js';
-import { PolicyHolder } from '../../src/policy/index.js';
+import { PolicyHolder } from '../../src/policies.js';
 import { MemoryStore } from '../helpers/memory-store.js';
 
 describe('gateway routing (inject: no sockets, no parser)', () => {

@@ -8,7 +8,7 @@ import {
   parsePathPattern,
   splitRequestPath,
   type PathPattern,
-} from '../../src/policy/index.js';
+} from '../../src/policies.js';
 import { inheritsNothing } from '../helpers/own-record.js';
 
 function pattern(source: string): PathPattern {

@@ -2,7 +2,7 @@ import { copyFile, mkdir, mkdtemp, readFile, rename, symlink, writeFile } from '
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { PolicyHolder, type ReloadResult } from '../../src/policy/index.js';
+import { PolicyHolder, type ReloadResult } from '../../src/policies.js';
 
 const VALID = 'test/fixtures/policies/valid';
 

@@ -2,7 +2,7 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { formatPolicyError, loadPolicies, type PolicyError } from '../../src/policy/index.js';
+import { formatPolicyError, loadPolicies, type PolicyError } from '../../src/policies.js';
 
 const BROKEN = 'test/fixtures/policies/broken';
 

@@ -9,7 +9,7 @@ import {
   splitRequestPath,
   type HeaderLookup,
   type PathPattern,
-} from '../../src/policy/index.js';
+} from '../../src/policies.js';
 
 function pattern(source: string): PathPattern {
   const parsed = parsePathPattern(source);

@@ -13,7 +13,7 @@ import {
   parsePolicyText,
   type LoadResult,
   type PolicyError,
-} from '../../src/policy/index.js';
+} from '../../src/policies.js';
 import { inheritsNothing } from '../helpers/own-record.js';
 
 let dir = '';
@@ -218,7 +218,7 @@ describe('user-chosen names never reach Object.prototype', () => {
       '    lock: "item:{constructor}"',
     ]);
     if (!result.ok) throw new Error(result.errors.map(formatPolicyError).join('\n'));
-    const { renderLock } = await import('../../src/policy/index.js');
+    const { renderLock } = await import('../../src/policies.js');
     const none = () => ({ ok: false as const, reason: 'none' });
     const a = result.policy.match('PUT', ['orders', '42']);
     const b = result.policy.match('PUT', ['orders', '43']);

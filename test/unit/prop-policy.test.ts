@@ -10,9 +10,9 @@ import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { loadPolicies, parsePolicyText, type LoadResult } from '../../src/policy/index.js';
+import { loadPolicies, parsePolicyText, type LoadResult } from '../../src/policies.js';
 import { fieldName } from '../../src/policy/errors.js';
-import { HTTP_METHODS } from '../../src/policy/index.js';
+import { HTTP_METHODS } from '../../src/policies.js';
 
 const RUNS = { numRuns: 120 };
 

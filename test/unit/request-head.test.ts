@@ -3,7 +3,7 @@
  * comparison with node:http itself. Whatever head the reader returns, node:http (with the
  * data listener's options) must read the same bytes as the same request (method, url,
  * rawHeaders, headers, body length, the keep-alive decision) and must not refuse them; the
- * lane answers such requests in its place (src/gateway/lane.ts). What the comparison found
+ * lane answers such requests in its place (src/http/lane.ts). What the comparison found
  * llhttp reading differently from a plain reading is left to node:http, and pinned below.
  */
 import http from 'node:http';

@@ -2,7 +2,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { formatPolicyError, loadPolicies } from '../../src/policy/index.js';
+import { formatPolicyError, loadPolicies } from '../../src/policies.js';
 
 describe('the s3 example policy', () => {
   it('is valid', async () => {

@@ -3,7 +3,7 @@
  * column and field), compiled longest first, and refused on other kinds.
  */
 import { describe, expect, it } from 'vitest';
-import { formatPolicyError, loadPolicies } from '../../src/policy/index.js';
+import { formatPolicyError, loadPolicies } from '../../src/policies.js';
 
 const BROKEN = 'test/fixtures/policies/broken';
 

@@ -17,7 +17,7 @@ import {
   writeKeyFile,
   type SequencerClaims,
 } from '../../src/sequencer/index.js';
-import { formatPolicyError, loadPolicies } from '../../src/policy/index.js';
+import { formatPolicyError, loadPolicies } from '../../src/policies.js';
 import { MAX_TOKEN } from '../../src/tokens.js';
 
 let dir: string;

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, resolveConfig } from '../../src/config.js';
 import { listenerTlsOptions, peerCertificate } from '../../src/http/tls.js';
-import { formatPolicyError, loadPolicies } from '../../src/policy/index.js';
+import { formatPolicyError, loadPolicies } from '../../src/policies.js';
 import { compilePostgresUpstream } from '../../src/gateway/kinds/postgres/settings.js';
 import { checkStoreSpec } from '../../src/store/index.js';
 import { pgConnection, sslParamsProblem } from '../../src/store/sql/pg-ssl.js';

@@ -6,7 +6,7 @@ import { availableParallelism } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, DEFAULTS, resolveConfig } from '../../src/config.js';
 import { createMetrics } from '../../src/observe/metrics.js';
-import { worstBreakers } from '../../src/workers/breakers.js';
+import { worstBreakers } from '../../src/breakers/cluster-board.js';
 import { aggregateMetrics, retire, type MetricsSnapshot } from '../../src/workers/metrics.js';
 import { workerCount } from '../../src/workers/plan.js';
 

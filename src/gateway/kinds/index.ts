@@ -1,11 +1,11 @@
 /**
  * The registry of downstream kinds: one line per kind. See ./types.ts for what a kind
  * is, and docs/adr/0006-downstream-kinds.md for what it must do to keep the promises.
+ * The policy compiler gets this registry from the composition root (src/policies.ts).
  */
 import { httpKind } from './http/index.js';
 import { postgresKind } from './postgres/index.js';
 import { s3Kind } from './s3/index.js';
-import type { RawRoute } from '../../policy/schema.js';
 import type { DownstreamKind } from './types.js';
 
 export type { DownstreamKind, KindRuntime, KindRequest, WriteSet, ResourceFence } from './types.js';
@@ -21,9 +21,4 @@ export const KINDS: Readonly<Record<string, DownstreamKind>> = Object.freeze(
 
 export function kindFor(name: string): DownstreamKind | null {
   return KINDS[name] ?? null;
-}
-
-/** Each kind's own route fields, for refusing them on routes of other kinds. */
-export function routeFieldsByKind(): [string, readonly (keyof RawRoute)[]][] {
-  return Object.values(KINDS).map((k) => [k.name, k.routeFields]);
 }

@@ -23,9 +23,8 @@ import type { ProblemError } from '../../errors.js';
 import type { ProblemFormat } from '../../http/problems.js';
 import type { RecordRefusal } from '../refusal-log.js';
 import type { Metrics } from '../../observe/metrics.js';
+import type { PolicyKind } from '../../policy/kinds.js';
 import type { CompiledPolicy, CompiledRoute, CompiledUpstream } from '../../policy/model.js';
-import type { PathPattern } from '../../policy/path-pattern.js';
-import type { RawRoute, RawUpstream } from '../../policy/schema.js';
 import type { FencingToken } from '../../tokens.js';
 import type { GatewayRequestState } from '../context.js';
 import type { Exchange } from '../exchange.js';
@@ -33,19 +32,9 @@ import type { UpstreamPool } from '../upstreams.js';
 
 export type KindName = string;
 
-/** A policy error at a field below the upstream or route being compiled. */
-export interface FieldError {
-  field: (string | number)[];
-  message: string;
-}
-
-export type UpstreamCompileResult =
-  // `tls` and `methodOverride` are compiled by the policy compiler for every kind (src/policy/compile.ts).
-  | { ok: true; upstream: Omit<CompiledUpstream, 'tls' | 'methodOverride'> }
-  | { ok: false; errors: FieldError[] };
-
-export type RouteCompileResult =
-  { ok: true; target: Readonly<Record<string, unknown>> } | { ok: false; errors: FieldError[] };
+// The policy-time half of a kind (its own fields' schema, compileUpstream, compileRoute)
+// is the policy layer's PolicyKind: the compiler gets the registry handed in.
+export type { FieldError, RouteCompileResult, UpstreamCompileResult } from '../../policy/kinds.js';
 
 /** What the request writes, decided from the matched route and the request's headers. */
 export type WriteSet =
@@ -101,7 +90,7 @@ export interface HostAddressing {
   refusal(route: CompiledRoute, host: string | undefined, prefix: HostPrefix | null): ProblemError | null;
 }
 
-export interface DownstreamKind {
+export interface DownstreamKind extends PolicyKind {
   readonly name: KindName;
   readonly fenceAt: 'gateway' | 'resource';
   /**
@@ -111,15 +100,6 @@ export interface DownstreamKind {
   readonly problemFormat?: ProblemFormat;
   /** Whether (and how) the Host of a request addresses this kind's upstreams in `policy`; absent or null: not at all. */
   hostAddressing?(policy: CompiledPolicy): HostAddressing | null;
-  /**
-   * Route fields only this kind accepts (e.g. postgres: table, key, columns). The policy
-   * schema lists every kind's fields; a route of another kind that sets one is an error.
-   */
-  readonly routeFields: readonly (keyof RawRoute)[];
-  /** Policy time: validates the upstream (URL scheme, kind settings) and compiles it. */
-  compileUpstream(name: string, raw: RawUpstream): UpstreamCompileResult;
-  /** Policy time: validates this kind's route fields against the route's path and upstream. */
-  compileRoute(raw: RawRoute, upstream: CompiledUpstream, path: PathPattern): RouteCompileResult;
   /**
    * Which locks `req` writes on `route`, a fenced route (with a lock) of an upstream of
    * this kind. Routes without a lock never get here: they are plain pass-through.

@@ -4,22 +4,13 @@
  */
 import { DEFAULTS } from '../../../policy/model.js';
 import type { RawUpstream } from '../../../policy/schema.js';
-import type { UpstreamCompileResult } from '../types.js';
-
-/** Upstream fields of the postgres kind, an error on an upstream spoken to over HTTP. */
-const POSTGRES_ONLY = ['pooler', 'fenceSchema', 'preparedStatements', 'poolSize'] as const;
+import type { UpstreamCompileResult } from '../../../policy/kinds.js';
 
 export function compileHttpUpstream(name: string, raw: RawUpstream): UpstreamCompileResult {
   const bad = (message: string): UpstreamCompileResult => ({
     ok: false,
     errors: [{ field: ['url'], message }],
   });
-  for (const field of POSTGRES_ONLY) {
-    if (raw[field] !== undefined) {
-      const message = `only postgres upstreams take "${field}" (this one is ${raw.kind})`;
-      return { ok: false, errors: [{ field: [field], message }] };
-    }
-  }
   let url: URL;
   try {
     url = new URL(raw.url);

@@ -14,7 +14,8 @@ import { compileHttpUpstream } from './compile.js';
 export const httpKind: DownstreamKind = {
   name: 'http',
   fenceAt: 'gateway',
-  routeFields: [],
+  upstreamFields: {},
+  routeFields: {},
   compileUpstream: compileHttpUpstream,
   compileRoute: () => ({ ok: true, target: {} }),
   writes(route, req): WriteSet {
@@ -29,7 +30,7 @@ export const httpKind: DownstreamKind = {
   open(env) {
     return {
       serve: (ex, state) => forwardHttp(ex, state, env, {}),
-      // The shared pool follows the policy itself (server.ts); this only shows its breakers.
+      // The shared pool follows the policy itself (../../gateway-server.ts); this only shows its breakers.
       retain: (policy) => env.pool.seed(policy, 'http'),
       close: async () => undefined,
     };

@@ -19,6 +19,8 @@ import {
   compilePostgresUpstream,
   type PostgresRouteSettings,
   type PostgresUpstreamSettings,
+  type RawPostgresRoute,
+  type RawPostgresUpstream,
   type SettingsError,
 } from './settings.js';
 import { DEFAULTS } from '../../../policy/model.js';
@@ -41,14 +43,31 @@ function routeSettings(route: CompiledRoute): PostgresRouteSettings {
 export const postgresKind: DownstreamKind = {
   name: 'postgres',
   fenceAt: 'resource',
-  routeFields: ['table', 'key', 'columns'],
+  upstreamFields: {
+    /** `transaction` behind a transaction pooler such as PgBouncer. */
+    pooler: { enum: ['none', 'transaction'] },
+    /** The schema of the fence table in the target database. */
+    fenceSchema: { type: 'string', minLength: 1 },
+    /** Prepare each statement once per connection (default true; false with a pooler). */
+    preparedStatements: { type: 'boolean' },
+    /** Connections to the database, at most (default 10). */
+    poolSize: { type: 'integer', minimum: 1, maximum: 1_000 },
+  },
+  routeFields: {
+    /** The table, its key column, and the columns a write may set. */
+    table: { type: 'string', minLength: 1 },
+    key: { type: 'string', minLength: 1 },
+    columns: { type: 'array', uniqueItems: true, items: { type: 'string', minLength: 1 } },
+  },
   compileUpstream(name, raw) {
+    // Shaped by upstreamFields (the policy schema checked them).
+    const own = raw as Partial<RawPostgresUpstream>;
     const r = compilePostgresUpstream({
       url: raw.url,
-      pooler: raw.pooler,
-      fenceSchema: raw.fenceSchema,
-      preparedStatements: raw.preparedStatements,
-      poolSize: raw.poolSize,
+      pooler: own.pooler,
+      fenceSchema: own.fenceSchema,
+      preparedStatements: own.preparedStatements,
+      poolSize: own.poolSize,
       timeoutMs: raw.timeoutMs,
     });
     if (!r.ok) return { ok: false, errors: fieldErrors(r.errors) };
@@ -69,8 +88,10 @@ export const postgresKind: DownstreamKind = {
   compileRoute(raw, _upstream, path) {
     if (path.wildcard)
       return { ok: false, errors: [{ field: ['path'], message: 'must not end in "*" on a postgres route' }] };
+    // Shaped by routeFields (the policy schema checked them).
+    const own = raw as RawPostgresRoute;
     const r = compilePostgresRoute(
-      { table: raw.table, key: raw.key, columns: raw.columns },
+      { table: own.table, key: own.key, columns: own.columns },
       path.params,
       raw.methods,
     );

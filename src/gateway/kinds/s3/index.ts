@@ -46,7 +46,8 @@ function compileS3Upstream(
       ],
     };
   }
-  const domains = compileHostDomains(raw.virtualHostDomains);
+  // Shaped by upstreamFields.virtualHostDomains (the policy schema checked it).
+  const domains = compileHostDomains(raw.virtualHostDomains as string[] | undefined);
   if (!domains.ok) return domains;
   const s3: S3HostSettings = {
     virtualHostDomains: domains.domains,
@@ -58,7 +59,15 @@ function compileS3Upstream(
 export const s3Kind: DownstreamKind = {
   name: 's3',
   fenceAt: 'gateway',
-  routeFields: [],
+  upstreamFields: {
+    /**
+     * The domains its storage serves virtual-hosted-style buckets under (`Host:
+     * bucket.domain`); [] when it serves none. Absent: a Host that may name a bucket is
+     * refused (./hosts.ts).
+     */
+    virtualHostDomains: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true },
+  },
+  routeFields: {},
   problemFormat: s3ProblemFormat,
   hostAddressing: s3HostAddressing,
   compileUpstream: compileS3Upstream,
@@ -99,7 +108,7 @@ export const s3Kind: DownstreamKind = {
   open(env) {
     return {
       serve: (ex, state) => forwardHttp(ex, state, env, { asSent: true }),
-      // The shared pool follows the policy itself (server.ts); this only shows its breakers.
+      // The shared pool follows the policy itself (../../gateway-server.ts); this only shows its breakers.
       retain: (policy) => env.pool.seed(policy, 's3'),
       close: async () => undefined,
     };

@@ -6,7 +6,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import type { KeyRing } from './keyring.js';
+import type { KeyRing } from '../sequencer/keyring.js';
 
 async function keysRoutes(app: FastifyInstance, opts: { keys: KeyRing | null }): Promise<void> {
   app.get('/v1/keys', async (_req, reply) => {

@@ -27,7 +27,7 @@ import { maxHeaderSize as defaultMaxHeaderSize, STATUS_CODES } from 'node:http';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { Server as TlsServer } from 'node:tls';
-import { readRequestHead, type RequestHead } from '../http/request-head.js';
+import { readRequestHead, type RequestHead } from './request-head.js';
 
 /** Answers the request now (true), or does nothing (false): node:http will serve it. */
 export type AnswerNow = (req: IncomingMessage, res: ServerResponse) => boolean;

@@ -7,7 +7,7 @@ import fp from 'fastify-plugin';
 import { visiblePrefixes } from '../auth/access.js';
 import { under } from '../auth/model.js';
 import type { ListLocksQuery, LockPage, Store } from '../store/types.js';
-import { encodeCursor, parseLocksQuery } from './event-query.js';
+import { encodeCursor, parseLocksQuery } from '../observe/event-query.js';
 
 export interface LocksRoutesOptions {
   store: Store;

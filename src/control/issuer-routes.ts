@@ -11,8 +11,8 @@ import { pathOf, refuse } from '../http/problems.js';
 import type { EventInput, EventLog } from '../observe/events.js';
 import type { SequencerIssuer } from '../sequencer/index.js';
 import type { Lease, LockState } from '../store/types.js';
-import type { Issuer } from './service.js';
-import { parseAcquire, parseRelease, parseRenew, validKey } from './validate.js';
+import type { Issuer } from '../issuer/service.js';
+import { parseAcquire, parseRelease, parseRenew, validKey } from '../issuer/validate.js';
 
 export interface IssuerRoutesOptions {
   issuer: Issuer;

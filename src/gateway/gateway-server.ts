@@ -5,7 +5,7 @@
  */
 import type { Server as TlsServer } from 'node:tls';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import type { BreakerBoard } from '../observe/breakers.js';
+import type { BreakerBoard } from '../breakers/board.js';
 import type { EventLog } from '../observe/events.js';
 import { seedPolicy, type Metrics } from '../observe/metrics.js';
 import { instrumentStore } from '../observe/store-metrics.js';
@@ -61,7 +61,7 @@ export interface GatewayOptions {
   tls?: ListenerTls | null;
   /** --upstream-ca: trusted besides the built-in roots by https upstreams without their own `tls.ca`. */
   upstreamCa?: CaBundle | null;
-  /** Answer refusals that need no waiting below node:http (lane.ts). Default true. */
+  /** Answer refusals that need no waiting below node:http (src/http/lane.ts). Default true. */
   refusalLane?: boolean;
 }
 

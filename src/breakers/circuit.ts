@@ -18,7 +18,10 @@
  * event emissions per call.
  */
 import CircuitBreaker from 'opossum';
-import type { BreakerState } from '../observe/metrics.js';
+
+/** A circuit's states (fencegate_breaker_state{state}, GET /v1/status). */
+export const BREAKER_STATES = ['closed', 'half_open', 'open'] as const;
+export type BreakerState = (typeof BREAKER_STATES)[number];
 
 export interface BreakerOptions {
   /** A call slower than this fails with code ETIMEDOUT; false: no timeout. */

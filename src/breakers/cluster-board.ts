@@ -4,8 +4,7 @@
  * over the workers (open, then half_open, then closed), asked from them on refresh().
  */
 import type { Worker } from 'node:cluster';
-import { BreakerBoard, type BreakerState } from '../observe/breakers.js';
-import type { BreakerSnapshot } from './ipc.js';
+import { BreakerBoard, type BreakerSnapshot, type BreakerState } from './board.js';
 
 const RANK: Record<BreakerState, number> = { closed: 0, half_open: 1, open: 2 };
 

@@ -7,8 +7,8 @@ import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type { PolicyHolder } from '../policy/index.js';
 import type { Store, StoreHealth } from '../store/types.js';
-import type { BreakerBoard } from './breakers.js';
-import type { EventLog } from './events.js';
+import type { BreakerBoard } from '../breakers/board.js';
+import type { EventLog } from '../observe/events.js';
 
 /** The store's health; a store that throws is reported unhealthy, never as an error. */
 export async function storeHealth(store: Store): Promise<StoreHealth> {

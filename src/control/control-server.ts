@@ -16,24 +16,24 @@ import {
   missingHost,
   refuseUnknownExpectations,
   sendProblem,
-} from './http/problems.js';
-import { httpsOption, type ListenerTls } from './http/tls.js';
-import type { Authenticator } from './auth/authenticate.js';
-import authPlugin from './auth/plugin.js';
-import type { Issuer } from './issuer/service.js';
-import issuerRoutes from './issuer/routes.js';
+} from '../http/problems.js';
+import { httpsOption, type ListenerTls } from '../http/tls.js';
+import type { Authenticator } from '../auth/authenticate.js';
+import authPlugin from '../auth/plugin.js';
+import type { Issuer } from '../issuer/service.js';
+import issuerRoutes from './issuer-routes.js';
 import dashboardRoutes from './dashboard/routes.js';
-import type { BreakerBoard } from './observe/breakers.js';
-import type { EventLog } from './observe/events.js';
-import { levelEnabled } from './observe/log.js';
-import eventsRoutes from './observe/events-routes.js';
-import locksRoutes from './observe/locks-routes.js';
-import statusRoutes, { storeHealth, storeHealthJson } from './observe/status-routes.js';
-import type { PolicyHolder } from './policy/index.js';
-import type { Metrics } from './observe/metrics.js';
-import type { SequencerIssuer } from './sequencer/index.js';
-import keysRoutes from './sequencer/routes.js';
-import type { Store } from './store/types.js';
+import type { BreakerBoard } from '../breakers/board.js';
+import type { EventLog } from '../observe/events.js';
+import { levelEnabled } from '../observe/log.js';
+import eventsRoutes from './events-routes.js';
+import locksRoutes from './locks-routes.js';
+import statusRoutes, { storeHealth, storeHealthJson } from './status-routes.js';
+import type { PolicyHolder } from '../policy/index.js';
+import type { Metrics } from '../observe/metrics.js';
+import type { SequencerIssuer } from '../sequencer/index.js';
+import keysRoutes from './sequencer-routes.js';
+import type { Store } from '../store/types.js';
 
 export async function buildControl(opts: {
   store: Store;

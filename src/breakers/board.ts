@@ -3,9 +3,17 @@
  * upstream that has been used), for GET /v1/status and the dashboard. The gateway
  * registers its breakers as it makes them; readers only see their current state.
  * With --workers each worker has its own breakers, and the primary's board shows the
- * worst state over the workers (src/workers/breakers.ts).
+ * worst state over the workers (src/breakers/cluster-board.ts).
  */
-export type BreakerState = 'closed' | 'half_open' | 'open';
+import type { BreakerState } from './circuit.js';
+
+export type { BreakerState } from './circuit.js';
+
+/** Every breaker's state at one moment (what a worker reports to its primary). */
+export interface BreakerSnapshot {
+  store: BreakerState | null;
+  upstreams: Record<string, BreakerState>;
+}
 
 type Read = () => BreakerState;
 
@@ -36,7 +44,7 @@ export class BreakerBoard {
   }
 
   /** Every breaker's state now: what a worker reports to its primary (src/workers/). */
-  snapshot(): { store: BreakerState | null; upstreams: Record<string, BreakerState> } {
+  snapshot(): BreakerSnapshot {
     const upstreams: Record<string, BreakerState> = {};
     for (const [name, read] of this.upstreams) upstreams[name] = read();
     return { store: this.store(), upstreams };

@@ -11,8 +11,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { visibleKeys } from '../auth/access.js';
 import { ProblemError } from '../errors.js';
-import { matches, type EventFilter, type EventLog, type FenceEvent } from './events.js';
-import { parseEventQuery } from './event-query.js';
+import { matches, type EventFilter, type EventLog, type FenceEvent } from '../observe/events.js';
+import { parseEventQuery } from '../observe/event-query.js';
 
 export interface EventsRoutesOptions {
   events: EventLog;

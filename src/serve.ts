@@ -9,10 +9,10 @@ import type { FastifyInstance } from 'fastify';
 import { Authenticator } from './auth/authenticate.js';
 import { loadAuthFile } from './auth/file.js';
 import { ConfigError, DEFAULTS, exposureProblem, type ServeConfig } from './config.js';
-import { buildControl, buildProbes } from './control.js';
+import { buildControl, buildProbes } from './control/control-server.js';
 import { CaBundle, ListenerTls, readCertificates, type TlsFileError } from './http/tls.js';
 import { Issuer } from './issuer/service.js';
-import { BreakerBoard } from './observe/breakers.js';
+import { BreakerBoard } from './breakers/board.js';
 import { EventLog } from './observe/events.js';
 import { fencedWriteLog, lifecycleLogger, silentLogger, type Logger } from './observe/log.js';
 import { OwnerLookup } from './observe/owners.js';
@@ -22,6 +22,7 @@ import { instrumentStore } from './observe/store-metrics.js';
 import { openStore, redactStoreSpec } from './store/index.js';
 import type { Store } from './store/types.js';
 import { createGateway } from './gateway/index.js';
+import { KINDS } from './gateway/kinds/index.js';
 import { PolicyHolder, formatPolicyError } from './policy/index.js';
 import type { ReloadResult } from './policy/index.js';
 import { startSampleUpstream } from './sample/index.js';
@@ -169,7 +170,7 @@ export async function openCore(
   // Before anything else: a bad certificate or key stops the start with one line naming the file.
   const tls = openTls(config);
   // A missing default ./policies is fine: a first run needs no policy (the issuer alone is useful).
-  const opened = await PolicyHolder.open(config.policies, {
+  const opened = await PolicyHolder.openFor(config.policies, KINDS, {
     mayBeMissing: config.policies === DEFAULTS.policies,
   });
   if (!opened.ok) throw new Error(`invalid policies: ${opened.errors.map(formatPolicyError).join('; ')}`);
