@@ -97,10 +97,11 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   refuseUnknownExpectations(app.server);
 
   const store = instrumentStore(opts.store, opts.metrics);
-  const guard = new StoreGuard(store, opts.metrics, app.log, opts.storeBreaker);
-  opts.breakers?.setStore(() => guard.breakerState);
   const sessions = new GatewaySessions(store, opts.metrics, app.log, opts.session);
-  guard.finishLater = (lock, requestId) => sessions.finishLater(lock, requestId);
+  const guard = new StoreGuard(store, opts.metrics, app.log, opts.storeBreaker, (lock, requestId) =>
+    sessions.finishLater(lock, requestId),
+  );
+  opts.breakers?.setStore(() => guard.breakerState);
   const observer = new SessionObserver(guard, app.log);
   const resetHold = new ResetHold(opts.metrics, app.log);
   const unwatchResets = store.onReset((reset) => resetHold.reset(reset.reason));
