@@ -81,7 +81,7 @@ export class DataPlane {
     // An unfenced route passes without a promise or a microtask.
     if (fencing === null) return parts.runtimes.serve(ex);
     // A write refused without waiting (a stale flood's) is answered with no promise either.
-    const fenced = parts.fence(ex, state, fencing);
+    const fenced = parts.fence.step(ex, state, fencing);
     if (typeof fenced === 'boolean') return fenced ? undefined : parts.runtimes.serve(ex);
     return fenced.then((refused) => {
       if (!refused) return parts.runtimes.serve(ex);

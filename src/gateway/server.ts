@@ -16,7 +16,7 @@ import { SequencerVerifier, type KeyRing } from '../sequencer/index.js';
 import { deferContinue } from '../http/continue.js';
 import { httpsOption, type CaBundle, type ListenerTls } from '../http/tls.js';
 import { DataPlane, installDataPlane } from './data-plane.js';
-import { fenceStep } from './fence.js';
+import { Fence } from './fence.js';
 import { ResetHold } from './reset-hold.js';
 import { ADMISSION_HOLD_MS } from './admission-hold.js';
 import { SessionObserver } from './observer.js';
@@ -129,7 +129,7 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
     opts.sequencerKeys == null
       ? null
       : new SequencerVerifier(opts.sequencerKeys, () => sessions.storeTime() ?? Date.now());
-  const fence = fenceStep({
+  const fence = new Fence({
     guard,
     sessions,
     observer,
