@@ -67,35 +67,7 @@ export interface GatewayOptions {
 
 export async function createGateway(opts: GatewayOptions): Promise<FastifyInstance> {
   const trustProxy = opts.trustProxy ?? false;
-  const loggerOption =
-    opts.logger !== undefined
-      ? { loggerInstance: opts.logger.child({ listener: 'data' }) }
-      : {
-          logger:
-            opts.logLevel !== undefined && opts.logLevel !== 'silent'
-              ? { level: opts.logLevel, base: { listener: 'data' } }
-              : false,
-        };
-  const app = Fastify({
-    ...loggerOption,
-    trustProxy,
-    // The data plane counts and logs answered requests itself (access.ts).
-    logController: new LogController({ disableRequestLogging: true }),
-    // Uploads stream through for as long as they take; upstream timeouts bound the wait for answers.
-    requestTimeout: 0,
-    return503OnClosing: true,
-    // Requests fastify serves itself (inject(), see data-plane.ts) whose URL its router cannot decode.
-    frameworkErrors: (error, request, reply) => errorHandler(error, request, reply),
-    clientErrorHandler: clientErrorProblem,
-    http: HTTP_SERVER_OPTIONS,
-    ...httpsOption(opts.tls),
-  }) as unknown as FastifyInstance;
-
-  // 100 Continue is sent by the forward step once the fence admitted the request, not on arrival.
-  opts.tls?.attach(app.server as unknown as TlsServer, app.log);
-  deferContinue(app.server);
-  refuseUnknownExpectations(app.server);
-
+  const app = dataListener(opts, trustProxy);
   const store = instrumentStore(opts.store, opts.metrics);
   const sessions = new GatewaySessions(store, opts.metrics, app.log, opts.session);
   const guard = new StoreGuard(store, opts.metrics, app.log, opts.storeBreaker, (lock, requestId) =>
@@ -153,5 +125,38 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
     new DataPlane({ policy: opts.policy, fence, runtimes, access, log: app.log, trustProxy }),
     { lane: opts.refusalLane ?? true },
   );
+  return app;
+}
+
+/** The fastify instance the data listener runs on, with its TLS, logging and 100 Continue handling. */
+function dataListener(opts: GatewayOptions, trustProxy: boolean): FastifyInstance {
+  const loggerOption =
+    opts.logger !== undefined
+      ? { loggerInstance: opts.logger.child({ listener: 'data' }) }
+      : {
+          logger:
+            opts.logLevel !== undefined && opts.logLevel !== 'silent'
+              ? { level: opts.logLevel, base: { listener: 'data' } }
+              : false,
+        };
+  const app = Fastify({
+    ...loggerOption,
+    trustProxy,
+    // The data plane counts and logs answered requests itself (access.ts).
+    logController: new LogController({ disableRequestLogging: true }),
+    // Uploads stream through for as long as they take; upstream timeouts bound the wait for answers.
+    requestTimeout: 0,
+    return503OnClosing: true,
+    // Requests fastify serves itself (inject(), see data-plane.ts) whose URL its router cannot decode.
+    frameworkErrors: (error, request, reply) => errorHandler(error, request, reply),
+    clientErrorHandler: clientErrorProblem,
+    http: HTTP_SERVER_OPTIONS,
+    ...httpsOption(opts.tls),
+  }) as unknown as FastifyInstance;
+
+  // 100 Continue is sent by the forward step once the fence admitted the request, not on arrival.
+  opts.tls?.attach(app.server as unknown as TlsServer, app.log);
+  deferContinue(app.server);
+  refuseUnknownExpectations(app.server);
   return app;
 }
