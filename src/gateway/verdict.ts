@@ -3,7 +3,8 @@
  * the token from the Fencing-Token header (or, on `check: sequencer` routes, from the
  * Fencing-Sequencer header once its signature, lock and expiry verified), then the
  * store's atomic admission (or, for a kind that fences inside the resource, the store's
- * verdict without recording).
+ * verdict without recording), made by the gateway's Judge (built once with the store
+ * guard, sequencer keys, stale caches and admission holds) from the request's facts.
  * Refusals are values (with the problem to send and the reason to count), never
  * exceptions; only the store failing throws.
  */
