@@ -79,12 +79,12 @@ export class DataPlane {
     ex.state = state;
     const fencing = state.match.route.fencing;
     // An unfenced route passes without a promise or a microtask.
-    if (fencing === null) return parts.runtimes.serve(ex, state);
+    if (fencing === null) return parts.runtimes.serve(ex);
     // A write refused without waiting (a stale flood's) is answered with no promise either.
-    const fenced = parts.fence(ex, state, fencing);
-    if (typeof fenced === 'boolean') return fenced ? undefined : parts.runtimes.serve(ex, state);
+    const fenced = parts.fence.step(ex, state, fencing);
+    if (typeof fenced === 'boolean') return fenced ? undefined : parts.runtimes.serve(ex);
     return fenced.then((refused) => {
-      if (!refused) return parts.runtimes.serve(ex, state);
+      if (!refused) return parts.runtimes.serve(ex);
     });
   }
 

@@ -141,7 +141,7 @@ export class ForwardGuard {
    * is invalid. A body already received whole leaves in the same turn as the request
    * line, right after the onConnect check: a per-chunk check would add a stream per
    * request (measured: ~10 % of fenced throughput) for nothing. The fence reads a small
-   * fenced body whole before forwarding (fence.ts, SMALL_BODY_BYTES), so only larger or
+   * fenced body whole before forwarding (admission.ts, SMALL_BODY_BYTES), so only larger or
    * chunked uploads come here.
    */
   guardBody<B>(body: B): B | LeaseCheckedBody {

@@ -16,7 +16,7 @@ import { SequencerVerifier, type KeyRing } from '../sequencer/index.js';
 import { deferContinue } from '../http/continue.js';
 import { httpsOption, type CaBundle, type ListenerTls } from '../http/tls.js';
 import { DataPlane, installDataPlane } from './data-plane.js';
-import { fenceStep } from './fence.js';
+import { Fence } from './fence.js';
 import { ResetHold } from './reset-hold.js';
 import { ADMISSION_HOLD_MS } from './admission-hold.js';
 import { SessionObserver } from './observer.js';
@@ -67,6 +67,82 @@ export interface GatewayOptions {
 
 export async function createGateway(opts: GatewayOptions): Promise<FastifyInstance> {
   const trustProxy = opts.trustProxy ?? false;
+  const app = dataListener(opts, trustProxy);
+  const store = instrumentStore(opts.store, opts.metrics);
+  const sessions = new GatewaySessions(store, opts.metrics, app.log, opts.session);
+  const guard = new StoreGuard(store, opts.metrics, app.log, opts.storeBreaker, (lock, requestId) =>
+    sessions.finishLater(lock, requestId),
+  );
+  opts.breakers?.setStore(() => guard.breakerState);
+  const observer = new SessionObserver(guard, app.log);
+  // Sequencer expiry is judged on the store's clock, estimated from the session's beats.
+  const sequencers =
+    opts.sequencerKeys == null
+      ? null
+      : new SequencerVerifier(opts.sequencerKeys, () => sessions.storeTime() ?? Date.now());
+  const untrack = trackSizes(opts.metrics, sessions, observer, sequencers);
+  const resetHold = new ResetHold(opts.metrics, app.log);
+  const unwatchResets = store.onReset((reset) => resetHold.reset(reset.reason));
+  const unwatchLoss = sessions.onStoreLoss((reason) => resetHold.reset(reason));
+  await sessions.start();
+  observer.startSweeping(Math.max(100, Math.floor(sessions.ttlMs / 2)));
+  const pool = new UpstreamPool(opts.metrics, app.log, opts.breakers ?? null, opts.upstreamCa ?? null);
+  seedPolicy(opts.metrics, opts.policy.current);
+  const unsubscribe = opts.policy.subscribe((policy) => {
+    pool.retain(policy);
+    seedPolicy(opts.metrics, policy);
+  });
+  app.addHook('onClose', async () => {
+    unsubscribe();
+    unwatchResets();
+    unwatchLoss();
+    untrack();
+    observer.stop();
+    await pool.close();
+    await sessions.close();
+    guard.shutdown();
+  });
+  const fence = new Fence({
+    guard,
+    sessions,
+    observer,
+    metrics: opts.metrics,
+    events: opts.events,
+    sequencers,
+    admissionHoldMs: opts.admissionHoldMs ?? ADMISSION_HOLD_MS,
+    resetHold,
+  });
+  const refused = refusalRecorder(opts.metrics, opts.events);
+  const runtimes = new KindRuntimes({ log: app.log, metrics: opts.metrics, pool, refused }, opts.policy);
+  app.addHook('onClose', () => runtimes.close());
+  const access = new AccessRecorder(opts.metrics, opts.accessLog ?? 0, app.log);
+  installDataPlane(
+    app,
+    new DataPlane({ policy: opts.policy, fence, runtimes, access, log: app.log, trustProxy }),
+    { lane: opts.refusalLane ?? true },
+  );
+  return app;
+}
+
+/** Gauges of the per-lock structures the gateway keeps beside the fence (fencegate_tracked_locks); returns their removal. */
+function trackSizes(
+  metrics: Metrics,
+  sessions: GatewaySessions,
+  observer: SessionObserver,
+  sequencers: SequencerVerifier | null,
+): () => void {
+  const stops = [
+    metrics.trackSize('unfinished-finishes', () => sessions.unfinishedCount),
+    metrics.trackSize('gone-sessions', () => observer.goneCount),
+  ];
+  if (sequencers !== null) stops.push(metrics.trackSize('sequencer-cache', () => sequencers.cached));
+  return () => {
+    for (const stop of stops) stop();
+  };
+}
+
+/** The fastify instance the data listener runs on, with its TLS, logging and 100 Continue handling. */
+function dataListener(opts: GatewayOptions, trustProxy: boolean): FastifyInstance {
   const loggerOption =
     opts.logger !== undefined
       ? { loggerInstance: opts.logger.child({ listener: 'data' }) }
@@ -95,68 +171,5 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   opts.tls?.attach(app.server as unknown as TlsServer, app.log);
   deferContinue(app.server);
   refuseUnknownExpectations(app.server);
-
-  const store = instrumentStore(opts.store, opts.metrics);
-  const guard = new StoreGuard(store, opts.metrics, app.log, opts.storeBreaker);
-  opts.breakers?.setStore(() => guard.breakerState);
-  const sessions = new GatewaySessions(store, opts.metrics, app.log, opts.session);
-  guard.finishLater = (lock, requestId) => sessions.finishLater(lock, requestId);
-  const observer = new SessionObserver(guard, app.log);
-  const untrack = [
-    opts.metrics.trackSize('unfinished-finishes', () => sessions.unfinishedCount),
-    opts.metrics.trackSize('gone-sessions', () => observer.goneCount),
-  ];
-  const resetHold = new ResetHold(opts.metrics, app.log);
-  const unwatchResets = store.onReset((reset) => resetHold.reset(reset.reason));
-  const unwatchLoss = sessions.onStoreLoss((reason) => resetHold.reset(reason));
-  await sessions.start();
-  observer.startSweeping(Math.max(100, Math.floor(sessions.ttlMs / 2)));
-  const pool = new UpstreamPool(opts.metrics, app.log, opts.breakers ?? null, opts.upstreamCa ?? null);
-  seedPolicy(opts.metrics, opts.policy.current);
-  const unsubscribe = opts.policy.subscribe((policy) => {
-    pool.retain(policy);
-    seedPolicy(opts.metrics, policy);
-  });
-  app.addHook('onClose', async () => {
-    unsubscribe();
-    unwatchResets();
-    unwatchLoss();
-    for (const stop of untrack) stop();
-    observer.stop();
-    await pool.close();
-    await sessions.close();
-    guard.shutdown();
-  });
-
-  // Sequencer expiry is judged on the store's clock, estimated from the session's beats.
-  const sequencers =
-    opts.sequencerKeys == null
-      ? null
-      : new SequencerVerifier(opts.sequencerKeys, () => sessions.storeTime() ?? Date.now());
-  if (sequencers !== null) untrack.push(opts.metrics.trackSize('sequencer-cache', () => sequencers.cached));
-  const fence = fenceStep({
-    guard,
-    sessions,
-    observer,
-    metrics: opts.metrics,
-    events: opts.events,
-    sequencers,
-    admissionHoldMs: opts.admissionHoldMs ?? ADMISSION_HOLD_MS,
-    resetHold,
-  });
-  const env = {
-    log: app.log,
-    metrics: opts.metrics,
-    pool,
-    refused: refusalRecorder(opts.metrics, opts.events),
-  };
-  const runtimes = new KindRuntimes(env, opts.policy);
-  app.addHook('onClose', () => runtimes.close());
-  const access = new AccessRecorder(opts.metrics, opts.accessLog ?? 0, app.log);
-  installDataPlane(
-    app,
-    new DataPlane({ policy: opts.policy, fence, runtimes, access, log: app.log, trustProxy }),
-    { lane: opts.refusalLane ?? true },
-  );
   return app;
 }

@@ -77,18 +77,7 @@ export function routeRequest(ex: Exchange, policy: CompiledPolicy): GatewayReque
   const { headers } = req;
   const { honoursOverrides, hosts, format } = factsOf(policy);
   ex.format = format;
-  // Node's parser already refuses this; kept so a lenient parser can never let a smuggling pair through.
-  if (headers['content-length'] !== undefined && headers['transfer-encoding'] !== undefined) {
-    ex.header('connection', 'close');
-    ex.answerProblem(new ProblemError('bad-request', 'both Content-Length and Transfer-Encoding are set'));
-    return null;
-  }
-  const noHost = missingHost(req);
-  if (noHost !== null) {
-    ex.header('connection', 'close');
-    ex.answerProblem(noHost);
-    return null;
-  }
+  if (refusedFraming(ex)) return null;
   const url = req.url ?? '/';
   const path = pathOf(url);
   const split = splitRequestPath(path);
@@ -96,23 +85,8 @@ export function routeRequest(ex: Exchange, policy: CompiledPolicy): GatewayReque
     ex.answerProblem(new ProblemError('bad-request', split.reason));
     return null;
   }
-  if (path.length < url.length && METHOD_OVERRIDE_QUERY.test(url.slice(path.length))) {
-    ex.answerProblem(
-      new ProblemError(
-        'bad-request',
-        'a "_method" query parameter would override the method at the upstream; send the real method',
-      ),
-    );
-    return null;
-  }
-  // An upstream that honours method-override headers applies the method they name: the
-  // request is routed and fenced by it, and only then are the headers forwarded
-  // (upstreamRequestHeaders). Anywhere else they are dropped and the real method rules.
-  const override = honoursOverrides ? overridingMethod(req.rawHeaders) : NO_OVERRIDE;
-  if (!override.ok) {
-    ex.answerProblem(new ProblemError('bad-request', override.reason));
-    return null;
-  }
+  const override = overrideOf(ex, url, path, honoursOverrides);
+  if (override === null) return null;
   // A Host that carries the path's first segment (a virtual-hosted S3 bucket) routes with it.
   const prefix = hosts === null ? null : hosts.prefix(headers.host);
   let segments = split.segments;
@@ -145,6 +119,52 @@ export function routeRequest(ex: Exchange, policy: CompiledPolicy): GatewayReque
     return null;
   }
   return { policy, match, method, path, routedPath, fence: null };
+}
+
+/**
+ * Refuses (true: answered, the connection to be closed) a request whose framing or Host
+ * cannot be trusted.
+ */
+function refusedFraming(ex: Exchange): boolean {
+  const { req } = ex;
+  const { headers } = req;
+  // Node's parser already refuses this; kept so a lenient parser can never let a smuggling pair through.
+  const problem =
+    headers['content-length'] !== undefined && headers['transfer-encoding'] !== undefined
+      ? new ProblemError('bad-request', 'both Content-Length and Transfer-Encoding are set')
+      : missingHost(req);
+  if (problem === null) return false;
+  ex.header('connection', 'close');
+  ex.answerProblem(problem);
+  return true;
+}
+
+/**
+ * The method a method-override header names (`method` null: none), or null when the
+ * request was refused here for overriding its method (answered). An upstream that
+ * honours method-override headers applies the method they name: the request is routed
+ * and fenced by it, and only then are the headers forwarded (upstreamRequestHeaders).
+ * Anywhere else they are dropped and the real method rules.
+ */
+function overrideOf(
+  ex: Exchange,
+  url: string,
+  path: string,
+  honoursOverrides: boolean,
+): { ok: true; method: string | null } | null {
+  if (path.length < url.length && METHOD_OVERRIDE_QUERY.test(url.slice(path.length))) {
+    ex.answerProblem(
+      new ProblemError(
+        'bad-request',
+        'a "_method" query parameter would override the method at the upstream; send the real method',
+      ),
+    );
+    return null;
+  }
+  const override = honoursOverrides ? overridingMethod(ex.req.rawHeaders) : NO_OVERRIDE;
+  if (override.ok) return override;
+  ex.answerProblem(new ProblemError('bad-request', override.reason));
+  return null;
 }
 
 /** How refusals of requests to `upstream` are written: its kind's format, or null (problem+json). */

@@ -3,7 +3,6 @@
  * (a reload drops the state of upstreams gone or changed), closed with the gateway.
  */
 import type { PolicyHolder } from '../policy/index.js';
-import type { GatewayRequestState } from './context.js';
 import type { Exchange } from './exchange.js';
 import { KINDS } from './kinds/index.js';
 import type { KindEnvironment, KindRuntime, ResourceFence } from './kinds/types.js';
@@ -23,8 +22,10 @@ export class KindRuntimes {
     });
   }
 
-  /** Hands a routed request (admitted, when fenced) to the runtime of its upstream's kind. */
-  serve(ex: Exchange, state: GatewayRequestState): void | Promise<void> {
+  /** Hands a routed request (admitted, when fenced; its state on `ex`) to the runtime of its upstream's kind. */
+  serve(ex: Exchange): void | Promise<void> {
+    const state = ex.state;
+    if (state === null) throw new Error('an unrouted request was handed to a kind');
     const kind = state.match.route.upstream.kind;
     const runtime = this.runtimes.get(kind);
     if (runtime === undefined) throw new Error(`no runtime for kind "${kind}"`);

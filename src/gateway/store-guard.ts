@@ -24,6 +24,9 @@ export interface GuardLog {
   warn(obj: object, msg: string): void;
 }
 
+/** Where an entry that could not be finished now goes to be finished later (GatewaySessions.finishLater). */
+export type FinishLater = (lock: string, requestId: string) => void;
+
 export class StoreGuard {
   private readonly breaker: Breaker;
 
@@ -32,6 +35,8 @@ export class StoreGuard {
     metrics: Metrics,
     private readonly log: GuardLog,
     options: StoreGuardOptions = {},
+    /** Takes the entries this guard could not finish (null: they are only logged). */
+    private readonly finishLater: FinishLater | null = null,
   ) {
     this.breaker = new Breaker({
       timeoutMs: options.timeoutMs ?? 2000,
@@ -113,8 +118,6 @@ export class StoreGuard {
       this.finishLater?.(lock, requestId);
     });
   }
-
-  finishLater: ((lock: string, requestId: string) => void) | null = null;
 
   /** The store breaker's state (for GET /v1/status). */
   get breakerState(): 'closed' | 'half_open' | 'open' {

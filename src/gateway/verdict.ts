@@ -3,7 +3,8 @@
  * the token from the Fencing-Token header (or, on `check: sequencer` routes, from the
  * Fencing-Sequencer header once its signature, lock and expiry verified), then the
  * store's atomic admission (or, for a kind that fences inside the resource, the store's
- * verdict without recording).
+ * verdict without recording), made by the gateway's Judge (built once with the store
+ * guard, sequencer keys, stale caches and admission holds) from the request's facts.
  * Refusals are values (with the problem to send and the reason to count), never
  * exceptions; only the store failing throws.
  */
@@ -14,8 +15,8 @@ import type { FencingToken } from '../tokens.js';
 import type { SequencerVerifier } from '../sequencer/index.js';
 import type { AdmitCheck } from '../store/types.js';
 import { FENCING_TOKEN, rawHeaderValues, readFencingSequencer, readFencingToken } from './headers.js';
-import type { AdmissionHolds, Hold } from './admission-hold.js';
 import type { FencedReason } from './reasons.js';
+import type { AdmissionHolds, Hold } from './admission-hold.js';
 import type { SessionLease } from './session.js';
 import type { StaleCache } from './stale-cache.js';
 import type { StoreGuard } from './store-guard.js';
@@ -39,33 +40,39 @@ export type Verdict =
       highest: FencingToken | null;
     };
 
-export interface VerdictInput {
-  route: CompiledRoute & { fencing: FencingSettings };
-  /** The lock, as the route's kind rendered it. */
-  lock: string;
+/**
+ * The facts of one request that its verdicts are made from: per request, never the
+ * process's collaborators (those are the Judge's). An Admission (admission.ts) is one.
+ */
+export interface VerdictRequest {
+  readonly route: CompiledRoute & { fencing: FencingSettings };
   /**
    * What the store's admission records (AdmitRequest.record): true for an enforced route
    * fenced in the gateway, 'shadow' in shadow mode (the shadow record), false for a kind
    * that fences inside the resource (judge only).
    */
-  record: boolean | 'shadow';
+  readonly record: boolean | 'shadow';
   /** The delivery bound to record on the entry when it leaves at once (0: it waits for its body first). */
-  deliveryBoundMs: number;
-  raw: IncomingMessage;
+  readonly deliveryBoundMs: number;
+  readonly raw: IncomingMessage;
   /** The request, whose id names its in-flight entry (read only when the store is asked). */
-  request: { readonly id: string };
-  /** The gateway session the in-flight entry will belong to (null in shadow mode: nothing is recorded). */
-  lease: SessionLease | null;
-  /** True when the write would be recorded but this process has no valid session: 503, store untouched. */
-  noSession: boolean;
+  readonly request: { readonly id: string };
+  /**
+   * The gateway session the in-flight entry will belong to (null when nothing is recorded;
+   * null while recording: this process has no valid session, 503 with the store untouched).
+   */
+  readonly lease: SessionLease | null;
+}
+
+/** What a Judge is built with: the process's collaborators, made once. */
+export interface JudgeParts {
   guard: StoreGuard;
   /** Verifies sequencers (check: sequencer); null when this gateway has no keys. */
   sequencers: SequencerVerifier | null;
-  /**
-   * What this gateway already knows is stale (stale-cache.ts), consulted before the store:
-   * for the enforced fence, or in shadow mode for the shadow record (a cache of its own).
-   */
+  /** What this gateway already knows is stale for the enforced fence (stale-cache.ts), consulted before the store. */
   cache: StaleCache;
+  /** The same for the shadow record: shadow-mode routes judge against it alone. */
+  shadowCache: StaleCache;
   /** Admissions of this process that a write of the same token may join (admission-hold.ts). */
   holds: AdmissionHolds;
   /** The last stale refusal per lock, answered again to the same token. */
@@ -77,124 +84,164 @@ export type Refusal = Extract<Verdict, { ok: false }>;
 
 type Presented = { ok: true; token: FencingToken } | { ok: false; verdict: Refusal };
 
-/**
- * The verdict on one lock: at once (no promise) when it needs no waiting (a refused or
- * known-stale token, no session, a joined hold), else once the sequencer is verified or
- * the store answered.
- */
-export function decide(input: VerdictInput): Verdict | Promise<Verdict> {
-  if (input.route.fencing.check === 'sequencer')
-    return sequencerToken(input).then((presented) => judge(input, presented));
-  return judge(input, bareToken(input));
-}
+/** Makes the verdicts of one gateway: built once with its collaborators, asked per request and lock. */
+export class Judge {
+  constructor(private readonly parts: JudgeParts) {}
 
-/**
- * The verdict when it needs no waiting and changes nothing: a refusal of a missing,
- * malformed or known-stale token, or of a write with no session to record it under;
- * null when the store (or a hold, or a sequencer's verification) must judge. What the
- * refusal lane answers before node:http sees the request (src/http/lane.ts).
- */
-export function refusalNow(input: VerdictInput): Refusal | null {
-  if (input.route.fencing.check === 'sequencer') return null;
-  const presented = bareToken(input);
-  return presented.ok ? refusedAtOnce(input, presented.token) : presented.verdict;
-}
-
-/**
- * Known stale here: the store would refuse it too (its fence and floor only rise), so it
- * is refused without asking, whatever the store's state. Only 'stale' is answered from
- * the cache: forged tokens and lease checks need the store.
- */
-function refusedAtOnce(input: VerdictInput, token: FencingToken): Refusal | null {
-  const { lock } = input;
-  const known = input.cache.refuses(lock, token);
-  if (known !== null) return input.refusals.of(lock, token, known.highest);
-  if (input.noSession) {
-    const problem = new ProblemError(
-      'fence-unavailable',
-      'this gateway has no live session with the fence store; the write was not forwarded',
-      { lock },
-      { headers: { 'retry-after': '1' } },
-    );
-    return { ok: false, problem, reason: 'unavailable', lock, token, highest: null };
+  /**
+   * The verdict on `lock`: at once (no promise) when it needs no waiting (a refused or
+   * known-stale token, no session, a joined hold), else once the sequencer is verified or
+   * the store answered.
+   */
+  verdict(req: VerdictRequest, lock: string): Verdict | Promise<Verdict> {
+    if (req.route.fencing.check === 'sequencer')
+      return this.sequencerToken(req, lock).then((presented) => this.judge(req, lock, presented));
+    return this.judge(req, lock, bareToken(req, lock));
   }
-  return null;
-}
 
-function judge(input: VerdictInput, presented: Presented): Verdict | Promise<Verdict> {
-  if (!presented.ok) return presented.verdict;
-  const { route, lock } = input;
-  const token = presented.token;
-  // A verified sequencer is admitted as a token: stale → 409, never issued → 403.
-  const check: AdmitCheck =
-    route.fencing.check === 'sequencer' ? 'token' : (route.fencing.check as AdmitCheck);
-  const refused = refusedAtOnce(input, token);
-  if (refused !== null) return refused;
-  // The same token as an admission of this process whose entry still counts: admitted
-  // without asking (a `lease` check wants the store to judge liveness every time).
-  if (input.record === true && input.lease !== null && check === 'token') {
-    const hold = input.holds.join(lock, token, input.lease, input.deliveryBoundMs);
-    if (hold !== null) return { ok: true, lock, token, highest: hold.highest, lowerInflight: 0, hold };
+  /**
+   * The verdict when it needs no waiting and changes nothing: a refusal of a missing,
+   * malformed or known-stale token, or of a write with no session to record it under;
+   * null when the store (or a hold, or a sequencer's verification) must judge. What the
+   * refusal lane answers before node:http sees the request (src/http/lane.ts).
+   */
+  refusalNow(req: VerdictRequest, lock: string): Refusal | null {
+    if (req.route.fencing.check === 'sequencer') return null;
+    const presented = bareToken(req, lock);
+    return presented.ok ? this.refusedAtOnce(req, lock, presented.token) : presented.verdict;
   }
-  return askStore(input, token, check);
-}
 
-/** The store's atomic admission of `token` (recorded, or judged only). */
-async function askStore(input: VerdictInput, token: FencingToken, check: AdmitCheck): Promise<Verdict> {
-  const { lock, guard } = input;
-  let result;
-  try {
-    result = await guard.admit({
-      lock,
-      token,
-      check,
-      requestId: input.request.id,
-      session: input.lease?.id ?? '',
-      record: input.record,
-      deliveryBoundMs: input.deliveryBoundMs,
-    });
-  } catch (err) {
-    return {
-      ok: false,
-      problem: fenceUnavailable(err, lock),
-      reason: 'unavailable',
-      lock,
-      token,
-      highest: null,
-    };
+  /**
+   * Known stale here: the store would refuse it too (its fence and floor only rise), so it
+   * is refused without asking, whatever the store's state. Only 'stale' is answered from
+   * the cache: forged tokens and lease checks need the store.
+   */
+  private refusedAtOnce(req: VerdictRequest, lock: string, token: FencingToken): Refusal | null {
+    const known = this.cacheOf(req).refuses(lock, token);
+    if (known !== null) return this.parts.refusals.of(lock, token, known.highest);
+    if (req.record === true && req.lease === null) {
+      const problem = new ProblemError(
+        'fence-unavailable',
+        'this gateway has no live session with the fence store; the write was not forwarded',
+        { lock },
+        { headers: { 'retry-after': '1' } },
+      );
+      return { ok: false, problem, reason: 'unavailable', lock, token, highest: null };
+    }
+    return null;
   }
-  input.cache.learn(lock, token, input.record !== false, result);
-  if (result.ok)
-    return {
-      ok: true,
-      lock,
-      token,
-      highest: result.highest,
-      lowerInflight: result.lowerInflight,
-      hold: null,
-    };
-  const { highest } = result;
-  switch (result.reason) {
-    case 'stale':
-      return input.refusals.of(lock, token, highest);
-    case 'forged':
-      return refused(
-        'token-invalid',
-        `token ${token} was never issued for lock "${lock}"`,
-        'forged',
+
+  private judge(req: VerdictRequest, lock: string, presented: Presented): Verdict | Promise<Verdict> {
+    if (!presented.ok) return presented.verdict;
+    const token = presented.token;
+    const fencingCheck = req.route.fencing.check;
+    // A verified sequencer is admitted as a token: stale → 409, never issued → 403.
+    const check: AdmitCheck = fencingCheck === 'sequencer' ? 'token' : (fencingCheck as AdmitCheck);
+    const refused = this.refusedAtOnce(req, lock, token);
+    if (refused !== null) return refused;
+    // The same token as an admission of this process whose entry still counts: admitted
+    // without asking (a `lease` check wants the store to judge liveness every time).
+    if (req.record === true && req.lease !== null && check === 'token') {
+      const hold = this.parts.holds.join(lock, token, req.lease, req.deliveryBoundMs);
+      if (hold !== null) return { ok: true, lock, token, highest: hold.highest, lowerInflight: 0, hold };
+    }
+    return this.askStore(req, lock, token, check);
+  }
+
+  /** The store's atomic admission of `token` (recorded, or judged only). */
+  private async askStore(
+    req: VerdictRequest,
+    lock: string,
+    token: FencingToken,
+    check: AdmitCheck,
+  ): Promise<Verdict> {
+    let result;
+    try {
+      result = await this.parts.guard.admit({
         lock,
         token,
-        highest,
-      );
-    case 'lease-expired':
-      return refused(
-        'lease-expired',
-        `the lease of token ${token} on lock "${lock}" is no longer live`,
-        'lease',
+        check,
+        requestId: req.request.id,
+        session: req.lease?.id ?? '',
+        record: req.record,
+        deliveryBoundMs: req.deliveryBoundMs,
+      });
+    } catch (err) {
+      return {
+        ok: false,
+        problem: fenceUnavailable(err, lock),
+        reason: 'unavailable',
         lock,
         token,
-        highest,
-      );
+        highest: null,
+      };
+    }
+    this.cacheOf(req).learn(lock, token, req.record !== false, result);
+    if (result.ok) {
+      const { highest, lowerInflight } = result;
+      return { ok: true, lock, token, highest, lowerInflight, hold: null };
+    }
+    return this.storeRefusal(lock, token, result.reason, result.highest);
+  }
+
+  /** The store refused `token` on `lock`: the verdict that says why. */
+  private storeRefusal(
+    lock: string,
+    token: FencingToken,
+    reason: 'stale' | 'forged' | 'lease-expired',
+    highest: FencingToken | null,
+  ): Refusal {
+    switch (reason) {
+      case 'stale':
+        return this.parts.refusals.of(lock, token, highest);
+      case 'forged': {
+        const detail = `token ${token} was never issued for lock "${lock}"`;
+        return refused('token-invalid', detail, 'forged', lock, token, highest);
+      }
+      case 'lease-expired': {
+        const detail = `the lease of token ${token} on lock "${lock}" is no longer live`;
+        return refused('lease-expired', detail, 'lease', lock, token, highest);
+      }
+    }
+  }
+
+  /** The stale cache a request is judged against: the shadow record's in shadow mode. */
+  private cacheOf(req: VerdictRequest): StaleCache {
+    return req.record === 'shadow' ? this.parts.shadowCache : this.parts.cache;
+  }
+
+  /**
+   * The token inside a verified sequencer. A bare Fencing-Token (which anyone can learn) is
+   * never enough here; sent along with a sequencer it must be the sequencer's token.
+   */
+  private async sequencerToken({ route, raw }: VerdictRequest, lock: string): Promise<Presented> {
+    const no = (verdict: Refusal): Presented => ({ ok: false, verdict });
+    const presented = readFencingSequencer(raw.rawHeaders);
+    if (presented.kind === 'missing') {
+      const alone = rawHeaderValues(raw.rawHeaders, FENCING_TOKEN).length > 0;
+      const detail =
+        `route "${route.name}" requires a Fencing-Sequencer header for lock "${lock}"` +
+        (alone ? ' (a Fencing-Token alone is not accepted on this route)' : '');
+      return no(refused('sequencer-required', detail, 'missing', lock, null, null));
+    }
+    if (presented.kind === 'malformed')
+      return no(refused('token-malformed', presented.reason, 'malformed', lock, null, null));
+    const bare = readFencingToken(raw.rawHeaders);
+    if (bare.kind === 'malformed')
+      return no(refused('token-malformed', bare.reason, 'malformed', lock, null, null));
+    const sequencers = this.parts.sequencers;
+    if (sequencers === null) {
+      const detail = 'this gateway has no sequencer keys configured: no sequencer can be verified';
+      return no(refused('token-invalid', detail, 'forged', lock, null, null));
+    }
+    const verified = await sequencers.verify(presented.sequencer, lock);
+    if (!verified.ok) return no(refused('token-invalid', verified.reason, 'forged', lock, null, null));
+    const token = verified.claims.token;
+    if (bare.kind === 'ok' && bare.token !== token) {
+      const detail = `Fencing-Token ${bare.token} is not the token of the sequencer sent with it`;
+      return no(refused('token-invalid', detail, 'forged', lock, null, null));
+    }
+    return { ok: true, token };
   }
 }
 
@@ -242,7 +289,7 @@ function staleRefusal(lock: string, token: FencingToken, highest: FencingToken |
   return refused('stale-token', detail, 'stale', lock, token, highest);
 }
 
-function bareToken({ route, lock, raw }: VerdictInput): Presented {
+function bareToken({ route, raw }: VerdictRequest, lock: string): Presented {
   const presented = readFencingToken(raw.rawHeaders);
   if (presented.kind === 'missing') {
     const detail = `route "${route.name}" requires a Fencing-Token header for lock "${lock}"`;
@@ -255,39 +302,6 @@ function bareToken({ route, lock, raw }: VerdictInput): Presented {
     };
   }
   return { ok: true, token: presented.token };
-}
-
-/**
- * The token inside a verified sequencer. A bare Fencing-Token (which anyone can learn) is
- * never enough here; sent along with a sequencer it must be the sequencer's token.
- */
-async function sequencerToken({ route, lock, raw, sequencers }: VerdictInput): Promise<Presented> {
-  const no = (verdict: Refusal): Presented => ({ ok: false, verdict });
-  const presented = readFencingSequencer(raw.rawHeaders);
-  if (presented.kind === 'missing') {
-    const alone = rawHeaderValues(raw.rawHeaders, FENCING_TOKEN).length > 0;
-    const detail =
-      `route "${route.name}" requires a Fencing-Sequencer header for lock "${lock}"` +
-      (alone ? ' (a Fencing-Token alone is not accepted on this route)' : '');
-    return no(refused('sequencer-required', detail, 'missing', lock, null, null));
-  }
-  if (presented.kind === 'malformed')
-    return no(refused('token-malformed', presented.reason, 'malformed', lock, null, null));
-  const bare = readFencingToken(raw.rawHeaders);
-  if (bare.kind === 'malformed')
-    return no(refused('token-malformed', bare.reason, 'malformed', lock, null, null));
-  if (sequencers === null) {
-    const detail = 'this gateway has no sequencer keys configured: no sequencer can be verified';
-    return no(refused('token-invalid', detail, 'forged', lock, null, null));
-  }
-  const verified = await sequencers.verify(presented.sequencer, lock);
-  if (!verified.ok) return no(refused('token-invalid', verified.reason, 'forged', lock, null, null));
-  const token = verified.claims.token;
-  if (bare.kind === 'ok' && bare.token !== token) {
-    const detail = `Fencing-Token ${bare.token} is not the token of the sequencer sent with it`;
-    return no(refused('token-invalid', detail, 'forged', lock, null, null));
-  }
-  return { ok: true, token };
 }
 
 function refused(

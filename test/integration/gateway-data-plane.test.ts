@@ -113,7 +113,7 @@ describe('the data plane when a step throws', () => {
     const log = pino({ level: 'silent' });
     const plane = new DataPlane({
       policy: { current: policy } as unknown as PolicyHolder,
-      fence: Object.assign(() => Promise.resolve(false), { refuseNow: () => false }),
+      fence: { step: () => Promise.resolve(false), refuseNow: () => false },
       runtimes: { serve } as unknown as KindRuntimes,
       access: new AccessRecorder(createMetrics({ defaultMetrics: false }), 0, log),
       log,

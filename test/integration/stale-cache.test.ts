@@ -2,7 +2,7 @@
  * The stale-write cache (src/gateway/stale-cache.ts) against real stores: whatever the
  * interleaving of grants, admitted, stale and forged tokens, shadow and lease checks and
  * epoch bumps, on a few locks and two gateways (two caches) sharing one store, the
- * gateway's verdict (decide(), cache first) is the store's own verdict at that moment:
+ * gateway's verdict (Judge.verdict(), cache first) is the store's own verdict at that moment:
  * the cache never refuses a token the store would admit, and never lets through one it
  * would refuse. And once a gateway knows the highest token, a flood of stale writes
  * costs the store nothing.
@@ -16,7 +16,7 @@ import { AdmissionHolds } from '../../src/gateway/admission-hold.js';
 import { SessionLease } from '../../src/gateway/session.js';
 import { StaleCache } from '../../src/gateway/stale-cache.js';
 import { StoreGuard } from '../../src/gateway/store-guard.js';
-import { decide, StaleRefusals } from '../../src/gateway/verdict.js';
+import { Judge, StaleRefusals } from '../../src/gateway/verdict.js';
 import type { AdmitCheck, AdmitResult, Store } from '../../src/store/types.js';
 import {
   mint,
@@ -119,6 +119,18 @@ describe.each(GATEWAY_STORES)('stale-write cache on the $name store', (factory) 
         // Each gateway's kept refusals (a small capacity, so that locks are also forgotten).
         const refusals = [new StaleRefusals(2), new StaleRefusals(2)];
         const guard = new StoreGuard(store, createMetrics({ defaultMetrics: false }), quiet);
+        // Each gateway's judge, with its own cache and kept refusals.
+        const judges = [0, 1].map(
+          (g) =>
+            new Judge({
+              guard,
+              sequencers: null,
+              cache: caches[g]!,
+              shadowCache: new StaleCache(),
+              holds: noHolds,
+              refusals: refusals[g]!,
+            }),
+        );
         let requests = 0;
         try {
           for (const o of ops) {
@@ -155,21 +167,17 @@ describe.each(GATEWAY_STORES)('stale-write cache on the $name store', (factory) 
             });
             const cache = caches[o.gateway]!;
             const fromCache = cache.refuses(lock, token) !== null;
-            const decided = decide({
-              route: { ...route, fencing: { ...route.fencing, check: o.check } },
+            const decided = judges[o.gateway]!.verdict(
+              {
+                route: { ...route, fencing: { ...route.fencing, check: o.check } },
+                record: o.record,
+                deliveryBoundMs: 0,
+                raw: headers(token),
+                request: { id: requestId },
+                lease: propLease,
+              },
               lock,
-              record: o.record,
-              deliveryBoundMs: 0,
-              raw: headers(token),
-              request: { id: requestId },
-              lease: propLease,
-              noSession: false,
-              guard,
-              sequencers: null,
-              cache,
-              holds: noHolds,
-              refusals: refusals[o.gateway]!,
-            });
+            );
             // Refused from the cache at once: no promise, no store call, no microtask.
             if (fromCache) expect(decided).not.toBeInstanceOf(Promise);
             const verdict = await decided;

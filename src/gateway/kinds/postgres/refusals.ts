@@ -55,17 +55,8 @@ export function tableMismatch(upstream: string, code?: string): ProblemError {
 export function classifyDbError(err: unknown, upstream: string): Classified {
   const f = fields(err);
   const code = f.code;
-  const unavailable = (detail: string): Classified => ({
-    kind: 'unavailable',
-    problem: new ProblemError(
-      'upstream-unavailable',
-      detail,
-      { upstream },
-      { headers: { 'retry-after': '1' } },
-    ),
-  });
   if (code === undefined || /^E[A-Z]+$/.test(code))
-    return unavailable(`database unreachable (${code ?? 'connection lost or timed out'})`);
+    return unavailable(upstream, `database unreachable (${code ?? 'connection lost or timed out'})`);
   if (code.startsWith('23')) {
     return {
       kind: 'refusal',
@@ -88,6 +79,27 @@ export function classifyDbError(err: unknown, upstream: string): Classified {
       problem: new ProblemError('upstream-timeout', 'the statement timed out', { upstream }),
     };
   }
+  return serverTrouble(code, upstream);
+}
+
+/** 502 upstream-unavailable with Retry-After: the database may be back soon. */
+function unavailable(upstream: string, detail: string): Classified {
+  return {
+    kind: 'unavailable',
+    problem: new ProblemError(
+      'upstream-unavailable',
+      detail,
+      { upstream },
+      { headers: { 'retry-after': '1' } },
+    ),
+  };
+}
+
+/**
+ * A SQLSTATE that is neither the row's fault nor a timeout: a pooler, the connection,
+ * the server's resources or its schema (unavailable or misconfigured); else a bug.
+ */
+function serverTrouble(code: string, upstream: string): Classified {
   if (code === '42P05' || code === '26000') {
     const detail =
       `a prepared statement was ${code === '42P05' ? 'already there' : 'missing'} on the server session (SQLSTATE ${code}): ` +
@@ -101,6 +113,7 @@ export function classifyDbError(err: unknown, upstream: string): Classified {
   if (code === '08P01') {
     // PgBouncer in transaction mode refuses startup parameters it does not track.
     return unavailable(
+      upstream,
       'the database (or a pooler in front of it) refused the connection (SQLSTATE 08P01); behind a transaction pooler the upstream needs "pooler: transaction"',
     );
   }
@@ -113,7 +126,7 @@ export function classifyDbError(err: unknown, upstream: string): Classified {
     code === '25P03' ||
     code === '55P03'
   ) {
-    return unavailable(`database unavailable (SQLSTATE ${code})`);
+    return unavailable(upstream, `database unavailable (SQLSTATE ${code})`);
   }
   if (code.startsWith('42') || code.startsWith('3F')) {
     return {
