@@ -74,7 +74,7 @@ export const SETTINGS = {
     env: 'FENCEGATE_STORE',
     type: 'store',
     default: './.fencegate',
-    defaultText: './.fencegate (embedded)',
+    defaultText: './.fencegate, embedded',
     arg: 'DIR|postgres://…|redis://…',
     help: 'lock and fence store',
   },
