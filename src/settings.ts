@@ -249,7 +249,7 @@ export const SETTINGS = {
     env: 'FENCEGATE_SEQUENCER_KEYS',
     type: 'path',
     default: null,
-    defaultText: 'DIR/sequencer-keys.json on the embedded store DIR, none on Postgres/Redis',
+    defaultText: "sequencer-keys.json in the embedded store's directory, none on Postgres/Redis",
     arg: 'FILE',
     help: 'sequencer key file (fencegate keys init), the same for every process on the store',
   },
@@ -325,7 +325,7 @@ export const SETTINGS = {
     type: 'logLevel',
     default: 'info',
     arg: 'LEVEL',
-    help: LOG_LEVELS.join('|'),
+    help: `the least severe level logged: ${LOG_LEVELS.join('|')}`,
   },
   logFormat: {
     flag: '--log-format',
