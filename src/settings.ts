@@ -137,6 +137,7 @@ export const SETTINGS = {
     arg: 'DIR|FILE',
     help: 'policy YAML',
   },
+  /** serve --workers: docs/adr/0008-workers.md; null: os.availableParallelism(). 1 runs everything in one process. */
   workers: {
     flag: '--workers',
     env: 'FENCEGATE_WORKERS',
@@ -235,6 +236,7 @@ export const SETTINGS = {
     arg: 'N',
     help: "how long one store admission serves the same token's next writes on a lock in this process; 0: every write asks the store",
   },
+  /** docs/gateway.md, "The refusal lane". */
   refusalLane: {
     flag: '--refusal-lane',
     env: 'FENCEGATE_REFUSAL_LANE',
@@ -244,6 +246,7 @@ export const SETTINGS = {
     arg: 'on|off',
     help: "answer refusals that need no waiting (a stale flood's) before Node's HTTP server reads them",
   },
+  /** JSON (fencegate keys init); null: the embedded store's file, made on first start; no sequencers on other stores. */
   sequencerKeys: {
     flag: '--sequencer-keys',
     env: 'FENCEGATE_SEQUENCER_KEYS',
@@ -253,6 +256,7 @@ export const SETTINGS = {
     arg: 'FILE',
     help: 'sequencer key file (fencegate keys init), the same for every process on the store',
   },
+  /** Data listener TLS: certificate chain and key, both or neither (src/config.ts checks); null: plain HTTP. */
   tlsCert: {
     flag: '--tls-cert',
     env: 'FENCEGATE_TLS_CERT',
@@ -336,6 +340,7 @@ export const SETTINGS = {
     arg: LOG_FORMATS.join('|'),
     help: 'one JSON object per line, or readable',
   },
+  /** Share of data-listener requests written to the access log: 0 (off) to 1 (every one). */
   accessLog: {
     flag: '--access-log',
     env: 'FENCEGATE_ACCESS_LOG',
