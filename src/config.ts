@@ -44,10 +44,17 @@ export function parseHostPort(value: string, where: string): HostPort {
   return { host: m[1] ?? (m[2] || '127.0.0.1'), port };
 }
 
-function parseIntIn(value: string | number, where: string, min: number, max: number): number {
+/** An integer from min to max; the message states `shown`, the range of the setting. */
+function parseIntIn(
+  value: string | number,
+  where: string,
+  min: number,
+  max: number,
+  shown: readonly [number, number] = [min, max],
+): number {
   const n = typeof value === 'number' ? value : /^\d+$/.test(value) ? Number(value) : NaN;
   if (!Number.isSafeInteger(n) || n < min || n > max) {
-    throw new ConfigError(`${where}: "${value}" must be an integer between ${min} and ${max}`);
+    throw new ConfigError(`${where}: "${value}" must be an integer between ${shown[0]} and ${shown[1]}`);
   }
   return n;
 }
@@ -124,7 +131,7 @@ function parseValue(row: SettingRow, value: string | number | boolean, where: st
       return parseBool(value as string | boolean, where);
     case 'int':
       // Any duration up to a day here; the row's own range is checked on the value that wins.
-      return parseIntIn(value as string | number, where, 0, 86_400_000);
+      return parseIntIn(value as string | number, where, 0, 86_400_000, row.range);
     case 'logLevel':
       return parseEnum(value, where, LOG_LEVELS);
     case 'logFormat':
