@@ -1,5 +1,7 @@
 /**
- * The `fencegate` command: serve, check, init, epoch bump, --help, --version.
+ * The `fencegate` command: serve, check, init, epoch bump, keys, auth hash, help, --version.
+ * Every command answers --help/-h (exit 0, stdout); the serve and epoch flags and their
+ * help come from the settings table (src/settings.ts). Usage errors exit 2.
  * Errors that stop a command are one plain line on stderr (`fencegate: <message>`) and
  * a non-zero exit code. Once `serve` has its logger, everything it prints is a pino
  * log line (src/observe/log.ts); a start that fails then is also logged (fatal).
@@ -9,6 +11,7 @@ import { parseArgs } from 'node:util';
 import { AuthFileError } from './auth/file.js';
 import { ConfigError, exposureProblem, resolveConfig } from './config.js';
 import type { RawSettings, ServeConfig } from './config.js';
+import { SETTINGS, SETTING_ROWS, describeDefault, type SettingKey, type SettingRow } from './settings.js';
 import type { Logger } from './observe/log.js';
 import type { WorkerRole } from './workers/ipc.js';
 
@@ -16,68 +19,259 @@ const VERSION = (
   JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }
 ).version;
 
-const HELP = `fencegate ${VERSION}: fencing-aware storage proxy gateway and lock issuer
+/** Usage text wraps at this width; option descriptions start at column OPTION_COLUMN. */
+const WIDTH = 110;
+const OPTION_COLUMN = 39;
 
-Usage:
-  fencegate serve [options]      run the issuer, gateway and control API
-  fencegate check PATH...        validate policy files or directories; exit 1 on errors
-  fencegate init [DIR]           write commented example policies to DIR/policies (default .); never overwrites
-  fencegate epoch bump --store S [--force]   start a new token epoch, after restoring a store backup
-                                 (every fencegate process stopped first; docs/operations.md, "Backup and restore")
-  fencegate keys init|add|promote|prune FILE   make or rotate a sequencer key file (docs/security.md)
-  fencegate auth hash            make a new API key: prints the key once, then the hash for the auth file
-  fencegate auth hash -          read a key from stdin and print its hash (docs/security.md)
-  fencegate --help | --version
+interface OptionHelp {
+  /** The flags as typed, with their values: `--tls-cert FILE --tls-key FILE`. */
+  flags: string;
+  text: string;
+}
 
-serve options (environment variable in brackets):
-  --store DIR|postgres://…|redis://…   lock and fence store [FENCEGATE_STORE] (default ./.fencegate, embedded)
-  --store-namespace NAME               Redis key prefix / Postgres schema [FENCEGATE_STORE_NAMESPACE] (default fg / fencegate)
-  --listen HOST:PORT                   data listener, the proxy [FENCEGATE_LISTEN] (default 127.0.0.1:8080)
-  --control HOST:PORT                  issuer API, /metrics, /healthz, /readyz [FENCEGATE_CONTROL] (default 127.0.0.1:9090)
-  --auth FILE                          principals, API key hashes, client certificates and grants (YAML or JSON)
-                                       for the control listener [FENCEGATE_AUTH] (default: none, no credentials)
-  --health HOST:PORT                   probe listener: /healthz, /readyz, /metrics without credentials
-                                       [FENCEGATE_HEALTH] (default: none; they are on the control listener)
-  --insecure                           serve the control listener without --auth on a non-loopback address
-                                       (anyone who reaches it can take any lock) [FENCEGATE_INSECURE]
-  --policies DIR|FILE                  policy YAML [FENCEGATE_POLICIES] (default ./policies)
-  --config FILE                        YAML file with any of these settings
-  --workers N|auto                     processes sharing the data listener and the store; 1 runs one process
-                                       [FENCEGATE_WORKERS] (default auto: the CPUs available)
-  --sample HOST:PORT                   also run the sample "orders" upstream (for the demo) [FENCEGATE_SAMPLE]
-  --allow-volatile-redis               start on a Redis without AOF appendfsync always (unsafe) [FENCEGATE_ALLOW_VOLATILE_REDIS]
-  --store-timeout-ms N                 a fenced write whose store call takes longer gets 503 [FENCEGATE_STORE_TIMEOUT_MS] (default 2000)
-  --store-reset-timeout-ms N           how long the store's open circuit refuses fenced writes [FENCEGATE_STORE_RESET_TIMEOUT_MS] (default 5000)
-  --session-ttl-ms N                   how long other gateways wait on this one's silent session before dropping
-                                       its in-flight writes at the drain barrier [FENCEGATE_SESSION_TTL_MS] (default 6000)
-  --admission-hold-ms N                how long one store admission serves the same token's next writes on a lock
-                                       in this process; 0: every write asks the store [FENCEGATE_ADMISSION_HOLD_MS] (default 50)
-  --refusal-lane on|off                answer refusals that need no waiting (a stale flood's) before Node's HTTP
-                                       server reads them [FENCEGATE_REFUSAL_LANE] (default on)
-  --sequencer-keys FILE                sequencer key file, the same for every process on the store
-                                       [FENCEGATE_SEQUENCER_KEYS] (default: <dir>/sequencer-keys.json on the
-                                       embedded store, none on Postgres/Redis)
-  --tls-cert FILE --tls-key FILE       serve the data listener over HTTPS with this certificate chain and key (PEM)
-                                       [FENCEGATE_TLS_CERT, FENCEGATE_TLS_KEY]; re-read on SIGHUP
-  --tls-client-ca FILE                 data listener mTLS: refuse clients without a certificate from this CA
-                                       [FENCEGATE_TLS_CLIENT_CA]
-  --control-tls-cert FILE --control-tls-key FILE
-                                       the same for the control listener [FENCEGATE_CONTROL_TLS_CERT, FENCEGATE_CONTROL_TLS_KEY]
-  --control-tls-client-ca FILE         control listener mTLS [FENCEGATE_CONTROL_TLS_CLIENT_CA]
-  --upstream-ca FILE                   CA bundle trusted (besides the built-in roots) by https upstreams without
-                                       their own tls.ca in the policy [FENCEGATE_UPSTREAM_CA]; re-read on SIGHUP
-  --store-ca FILE                      CA bundle a rediss:// store's certificate must chain to [FENCEGATE_STORE_CA]
-                                       (Postgres: sslmode=verify-full&sslrootcert=FILE in the URL)
-  --log-level LEVEL                    fatal|error|warn|info|debug|trace|silent [FENCEGATE_LOG_LEVEL] (default info)
-  --log-format json|pretty             one JSON object per line, or readable [FENCEGATE_LOG_FORMAT]
-                                       (default pretty when stdout is a terminal, else json)
-  --access-log on|off|FRACTION         a log line per data-listener request at info; a fraction such as
-                                       0.01 logs that share of them [FENCEGATE_ACCESS_LOG] (default on)
+/**
+ * The `--help` entry of settings (src/settings.ts): the flag and its value, the help, the
+ * variable and the default. A row with `helpWith` takes the named row into its entry.
+ */
+function settingOptions(keys: readonly SettingKey[], opts: { env?: boolean } = {}): OptionHelp[] {
+  const joined = new Set(keys.map((k) => SETTINGS[k] as SettingRow).flatMap((r) => r.helpWith ?? []));
+  const out: OptionHelp[] = [];
+  for (const key of keys) {
+    if (joined.has(key)) continue;
+    const lead: SettingRow = SETTINGS[key];
+    const rows = [lead, ...(lead.helpWith ? [SETTINGS[lead.helpWith as SettingKey] as SettingRow] : [])];
+    const flags = rows
+      .filter((r) => r.flag !== null)
+      .map((r) => (r.arg === null ? r.flag : `${r.flag} ${r.arg}`))
+      .join(' ');
+    const envs = opts.env === false ? [] : rows.flatMap((r) => r.env ?? []);
+    const shown = lead.arg !== null && (lead.default !== null || lead.defaultText !== undefined);
+    const text =
+      lead.help +
+      (envs.length > 0 ? ` [${envs.join(', ')}]` : '') +
+      (shown ? ` (default ${describeDefault(lead)})` : '');
+    out.push({ flags, text });
+  }
+  return out;
+}
+
+/** The settings `serve` takes as flags, in table order. */
+const SERVE_FLAGS = SETTING_ROWS.filter(([, row]) => row.flag !== null).map(([key]) => key);
+/** The settings the config file alone sets. */
+const FILE_ONLY = SETTING_ROWS.filter(([, row]) => row.flag === null).map(([key]) => key);
+/** The settings `epoch bump` takes as flags: how to reach the store. */
+const EPOCH_FLAGS = [
+  'store',
+  'storeNamespace',
+  'storeCa',
+  'allowVolatileRedis',
+] as const satisfies SettingKey[];
+
+/** Words wrapped to WIDTH, every line but the first indented by `indent`. */
+function wrap(text: string, first: number, indent: number): string[] {
+  const lines: string[] = [];
+  let line = '';
+  let room = WIDTH - first;
+  for (const word of text.split(' ')) {
+    if (line !== '' && line.length + 1 + word.length > room) {
+      lines.push(line);
+      line = '';
+      room = WIDTH - indent;
+    }
+    line = line === '' ? word : `${line} ${word}`;
+  }
+  lines.push(line);
+  return lines;
+}
+
+function renderOptions(options: OptionHelp[]): string {
+  const pad = ' '.repeat(OPTION_COLUMN);
+  const out: string[] = [];
+  for (const { flags, text } of options) {
+    const head = `  ${flags}`;
+    if (head.length >= OPTION_COLUMN - 1) {
+      out.push(head);
+      out.push(...wrap(text, OPTION_COLUMN, OPTION_COLUMN).map((l) => pad + l));
+    } else {
+      const [first = '', ...more] = wrap(text, OPTION_COLUMN, OPTION_COLUMN);
+      out.push(head.padEnd(OPTION_COLUMN) + first, ...more.map((l) => pad + l));
+    }
+  }
+  return `${out.join('\n')}\n`;
+}
+
+const HELP_OPTION: OptionHelp = { flags: '-h, --help', text: 'print this help and exit' };
+
+const SERVE_OPTIONS: OptionHelp[] = [
+  ...settingOptions(SERVE_FLAGS),
+  {
+    flags: '--config FILE',
+    text:
+      'YAML file with any of these settings, by their config keys (storeTimeoutMs: 1000; docs/operations.md, ' +
+      `"Settings"), and these only there: ${FILE_ONLY.join(', ')}`,
+  },
+];
+
+const SERVE_NOTES = `Flags win over the environment, which wins over the config file.
 Port 0 picks a free port; the addresses actually bound are logged at start (the line with
 "listening data=URL control=URL", shown at every log level but silent; https:// with TLS).
 SIGHUP reloads the policies, the sequencer key file, the auth file and the TLS files (docs/security.md).
 Without --auth, serve refuses a non-loopback --control unless --insecure is given.
 `;
+
+/** The procedure `epoch bump` is one step of, printed with its outcome. */
+const RESTORE_PROCEDURE = `Restoring a fencegate store from a backup (docs/operations.md, "Backup and restore"):
+  1. stop every fencegate process that uses the store (every gateway, every worker)
+  2. restore the backup (the directory, the database schema, the Redis data)
+  3. fencegate epoch bump --store STORE      (this command)
+  4. start the fencegate processes again
+Every token issued before the bump is refused from now on, and every lease granted
+before it ends: its holder is told lease-lost at its next renewal and acquires again.
+`;
+
+/** A subcommand: its synopsis lines (`usage`, what each does) and what its `--help` adds. */
+interface Command {
+  usage: [string, string][];
+  options?: OptionHelp[];
+  /** Text after the options. */
+  notes?: string;
+}
+
+/** Every subcommand: `fencegate COMMAND --help` (or -h) prints its entry, the top-level help lists them all. */
+export const COMMANDS: Record<string, Command> = {
+  serve: {
+    usage: [['serve [options]', 'run the issuer, gateway and control API']],
+    options: SERVE_OPTIONS,
+    notes: SERVE_NOTES,
+  },
+  check: {
+    usage: [['check PATH...', 'validate policy files or directories; exit 1 on errors']],
+    notes: 'A PATH that starts with "-" goes after "--": fencegate check -- -odd.yaml\n',
+  },
+  init: {
+    usage: [['init [DIR]', 'write commented example policies to DIR/policies (default .); never overwrites']],
+  },
+  epoch: {
+    usage: [
+      [
+        'epoch bump --store S [--force]',
+        'start a new token epoch, after restoring a store backup (every fencegate process stopped ' +
+          'first; docs/operations.md, "Backup and restore")',
+      ],
+    ],
+    options: [
+      ...settingOptions(['store'], { env: false }).map((o) => ({
+        ...o,
+        text: 'the store you restored (required)',
+      })),
+      ...settingOptions(EPOCH_FLAGS.slice(1)),
+      {
+        flags: '--force',
+        text: 'bump even while gateway sessions beat on the store (their fenced writes wait out their lock-delay, every live lease ends)',
+      },
+    ],
+    notes: RESTORE_PROCEDURE,
+  },
+  keys: {
+    usage: [
+      [
+        'keys init|add|promote|prune FILE',
+        'make or rotate a sequencer key file (docs/security.md): init makes one, add publishes a next key, ' +
+          'promote signs with it, prune drops retired keys',
+      ],
+    ],
+    options: [
+      {
+        flags: '--older-than-ms N',
+        text: 'prune: only retired keys retired at least this long ago (default 3660000: the longest lease and a minute)',
+      },
+    ],
+  },
+  auth: {
+    usage: [
+      ['auth hash', 'make a new API key: prints the key once, then the hash for the auth file'],
+      ['auth hash -', 'read a key from stdin and print its hash (docs/security.md)'],
+    ],
+  },
+};
+
+function usageLines(): string {
+  const lines = Object.values(COMMANDS).flatMap((c) => c.usage);
+  lines.push(['help [COMMAND] | --help | --version', "this help, a command's help, the version"]);
+  const pad = ' '.repeat(35);
+  return lines
+    .flatMap(([usage, what]) => {
+      const head = `  fencegate ${usage}`;
+      const text = wrap(what, 35, 35);
+      return head.length < 34
+        ? [head.padEnd(35) + text[0], ...text.slice(1).map((l) => pad + l)]
+        : [head, ...text.map((l) => pad + l)];
+    })
+    .join('\n');
+}
+
+const TITLE = `fencegate ${VERSION}: fencing-aware storage proxy gateway and lock issuer`;
+
+/** What bare `fencegate` prints (on stderr): the commands. */
+const USAGE = `${TITLE}
+
+Usage:
+${usageLines()}
+`;
+
+/** `fencegate --help`: the commands and the serve options. */
+const HELP = `${USAGE}
+serve options (environment variable in brackets):
+${renderOptions(SERVE_OPTIONS)}${SERVE_NOTES}`;
+
+/** `fencegate COMMAND --help`. */
+export function commandHelp(name: string): string {
+  const c = COMMANDS[name];
+  if (c === undefined) throw new Error(`no command ${name}`);
+  const usage = c.usage.map(([u]) => `  fencegate ${u}`).join('\n');
+  const what = c.usage.map(([u, w]) => (c.usage.length > 1 ? `${u}: ${w}` : w));
+  const options = renderOptions([...(c.options ?? []), HELP_OPTION]);
+  const bracket = c.options?.some((o) => o.text.includes('[FENCEGATE_'))
+    ? ' (environment variable in brackets)'
+    : '';
+  return `Usage:\n${usage}\n\n${what.flatMap((w) => wrap(w, 0, 0)).join('\n')}\n\nOptions${bracket}:\n${options}${c.notes ? `\n${c.notes}` : ''}`;
+}
+
+/** Whether the arguments ask for help (before a `--`, after which everything is an argument). */
+function wantsHelp(args: string[]): boolean {
+  for (const a of args) {
+    if (a === '--') return false;
+    if (a === '--help' || a === '-h') return true;
+  }
+  return false;
+}
+
+/** Node's parseArgs errors, as one line that names the flag and where the help is. */
+function usageError(command: string, err: TypeError & { code: unknown }): string {
+  const unknown = /^Unknown option '([^']+)'/.exec(err.message);
+  const what = unknown ? `unknown option ${unknown[1] ?? ''}` : err.message;
+  return `${command}: ${what}; see fencegate ${command} --help`;
+}
+
+/** The parseArgs options of settings: a string flag, or a switch for a row without a value. */
+function parseOptions(keys: readonly SettingKey[]): Record<string, { type: 'string' | 'boolean' }> {
+  return Object.fromEntries(
+    keys.map((k) => {
+      const row: SettingRow = SETTINGS[k];
+      return [(row.flag ?? '').slice(2), { type: row.arg === null ? 'boolean' : 'string' }];
+    }),
+  );
+}
+
+/** The settings given as flags, by key (parseArgs values in, RawSettings out). */
+function givenSettings(keys: readonly SettingKey[], values: Record<string, string | boolean | undefined>) {
+  const flags: RawSettings = {};
+  for (const k of keys) {
+    const v = values[(SETTINGS[k].flag ?? '').slice(2)];
+    if (v !== undefined) flags[k] = v;
+  }
+  return flags;
+}
 
 /** Prints `message` on stderr; a usage error exits 2, a refusal or failure 1. */
 function fail(message: string, code = 2): number {
@@ -87,9 +281,26 @@ function fail(message: string, code = 2): number {
 
 export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
-  if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
+  if (command === undefined) {
+    process.stderr.write(
+      `${USAGE}\nfencegate --help lists the serve options too; fencegate COMMAND --help tells about one.\n`,
+    );
+    return 2;
+  }
+  if (command === '--help' || command === '-h' || (command === 'help' && rest.length === 0)) {
     process.stdout.write(HELP);
-    return command === undefined ? 2 : 0;
+    return 0;
+  }
+  if (command === 'help') {
+    const [topic, ...more] = rest;
+    if (topic === undefined || !Object.hasOwn(COMMANDS, topic) || more.length > 0)
+      return fail(`help: unknown command "${rest.join(' ')}"; see fencegate --help`);
+    process.stdout.write(commandHelp(topic));
+    return 0;
+  }
+  if (Object.hasOwn(COMMANDS, command) && wantsHelp(rest)) {
+    process.stdout.write(commandHelp(command));
+    return 0;
   }
   if (command === '--version' || command === '-v') {
     process.stdout.write(`${VERSION}\n`);
@@ -115,6 +326,8 @@ export async function main(argv: string[]): Promise<number> {
         return fail(`unknown command "${command}"; see fencegate --help`);
     }
   } catch (err) {
+    if (err instanceof TypeError && 'code' in err && String(err.code).startsWith('ERR_PARSE_ARGS'))
+      return fail(usageError(command, err));
     if (
       err instanceof ConfigError ||
       err instanceof AuthFileError ||
@@ -137,71 +350,15 @@ async function serve(args: string[]): Promise<number> {
     args,
     strict: true,
     allowPositionals: true,
-    options: {
-      store: { type: 'string' },
-      'store-namespace': { type: 'string' },
-      listen: { type: 'string' },
-      control: { type: 'string' },
-      policies: { type: 'string' },
-      config: { type: 'string' },
-      sample: { type: 'string' },
-      'allow-volatile-redis': { type: 'boolean' },
-      'store-timeout-ms': { type: 'string' },
-      'store-reset-timeout-ms': { type: 'string' },
-      'session-ttl-ms': { type: 'string' },
-      'admission-hold-ms': { type: 'string' },
-      'refusal-lane': { type: 'string' },
-      'sequencer-keys': { type: 'string' },
-      'tls-cert': { type: 'string' },
-      'tls-key': { type: 'string' },
-      'tls-client-ca': { type: 'string' },
-      'control-tls-cert': { type: 'string' },
-      'control-tls-key': { type: 'string' },
-      'control-tls-client-ca': { type: 'string' },
-      'upstream-ca': { type: 'string' },
-      'store-ca': { type: 'string' },
-      'log-level': { type: 'string' },
-      'log-format': { type: 'string' },
-      'access-log': { type: 'string' },
-      auth: { type: 'string' },
-      health: { type: 'string' },
-      insecure: { type: 'boolean' },
-      workers: { type: 'string' },
-    },
+    options: { ...parseOptions(SERVE_FLAGS), config: { type: 'string' } },
   });
   if (positionals.length > 0) return fail(`serve takes no arguments, got "${positionals[0]}"`);
-  const flags: RawSettings = {
-    store: values.store,
-    storeNamespace: values['store-namespace'],
-    listen: values.listen,
-    control: values.control,
-    policies: values.policies,
-    sample: values.sample,
-    allowVolatileRedis: values['allow-volatile-redis'],
-    storeTimeoutMs: values['store-timeout-ms'],
-    storeResetTimeoutMs: values['store-reset-timeout-ms'],
-    sessionTtlMs: values['session-ttl-ms'],
-    admissionHoldMs: values['admission-hold-ms'],
-    refusalLane: values['refusal-lane'],
-    sequencerKeys: values['sequencer-keys'],
-    tlsCert: values['tls-cert'],
-    tlsKey: values['tls-key'],
-    tlsClientCa: values['tls-client-ca'],
-    controlTlsCert: values['control-tls-cert'],
-    controlTlsKey: values['control-tls-key'],
-    controlTlsClientCa: values['control-tls-client-ca'],
-    upstreamCa: values['upstream-ca'],
-    storeCa: values['store-ca'],
-    logLevel: values['log-level'],
-    logFormat: values['log-format'],
-    accessLog: values['access-log'],
-    auth: values.auth,
-    health: values.health,
-    insecure: values.insecure,
-    workers: values.workers,
-  };
-  for (const k of Object.keys(flags) as (keyof RawSettings)[]) if (flags[k] === undefined) delete flags[k];
-  const config = resolveConfig({ file: values.config, env: process.env, flags });
+  const flags = givenSettings(SERVE_FLAGS, values);
+  const config = resolveConfig({
+    file: typeof values.config === 'string' ? values.config : undefined,
+    env: process.env,
+    flags,
+  });
   const exposed = exposureProblem(config);
   if (exposed !== null) return fail(exposed);
 
@@ -322,7 +479,8 @@ async function authCommand(args: string[]): Promise<number> {
   return 0;
 }
 
-async function check(paths: string[]): Promise<number> {
+async function check(args: string[]): Promise<number> {
+  const { positionals: paths } = parseArgs({ args, strict: true, allowPositionals: true, options: {} });
   if (paths.length === 0) return fail('check needs at least one policy file or directory');
   const { loadPolicies, formatPolicyError } = await import('./policies.js');
   let bad = 0;
@@ -349,49 +507,30 @@ async function init(args: string[]): Promise<number> {
   return result.ok ? 0 : 1;
 }
 
-/** The procedure `epoch bump` is one step of, printed with its outcome. */
-const RESTORE_PROCEDURE = `Restoring a fencegate store from a backup (docs/operations.md, "Backup and restore"):
-  1. stop every fencegate process that uses the store (every gateway, every worker)
-  2. restore the backup (the directory, the database schema, the Redis data)
-  3. fencegate epoch bump --store STORE      (this command)
-  4. start the fencegate processes again
-Every token issued before the bump is refused from now on, and every lease granted
-before it ends: its holder is told lease-lost at its next renewal and acquires again.
-`;
-
 async function epoch(args: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
+  const parsed = parseArgs({
     args,
     strict: true,
     allowPositionals: true,
-    options: {
-      store: { type: 'string' },
-      'store-namespace': { type: 'string' },
-      'store-ca': { type: 'string' },
-      'allow-volatile-redis': { type: 'boolean' },
-      force: { type: 'boolean' },
-    },
+    options: { ...parseOptions(EPOCH_FLAGS), force: { type: 'boolean' } },
   });
+  const { positionals } = parsed;
+  const values = parsed.values as Record<string, string | boolean | undefined>;
   if (positionals[0] !== 'bump' || positionals.length !== 1)
     return fail('usage: fencegate epoch bump --store STORE [--force]');
   // The store is named, never defaulted: a bump acts on one existing store (a typo must not
   // create another and report success).
   if (values.store === undefined || values.store === '')
     return fail('epoch bump: --store is required (the store you restored)');
-  const config = resolveConfig({
-    env: process.env,
-    flags: {
-      store: values.store,
-      ...(values['store-namespace'] ? { storeNamespace: values['store-namespace'] } : {}),
-      ...(values['store-ca'] ? { storeCa: values['store-ca'] } : {}),
-    },
-  });
+  // An empty --store-namespace or --store-ca is as if not given.
+  const given = Object.entries(givenSettings(EPOCH_FLAGS, values)).filter(([, v]) => v !== '');
+  const config = resolveConfig({ env: process.env, flags: Object.fromEntries(given) });
   const { openStore, redactStoreSpec } = await import('./store/index.js');
   const { readCertificates } = await import('./http/tls.js');
   const where = redactStoreSpec(config.store);
   const options = {
     mustExist: true,
-    allowVolatileRedis: values['allow-volatile-redis'] ?? config.allowVolatileRedis,
+    allowVolatileRedis: config.allowVolatileRedis,
     ...(config.storeNamespace ? { namespace: config.storeNamespace } : {}),
     ...(config.storeCa === null ? {} : { tlsCa: readCertificates(config.storeCa, 'store CA') }),
   };
