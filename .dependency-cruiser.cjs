@@ -13,7 +13,7 @@
  *   9 issuer       the lock issuer service
  *  10 gateway      the data plane and the downstream kinds (gateway/kinds/)
  *  11 control      the control API: its routes, the dashboard, the control and probe listeners
- *  12 composition  serve.ts (the composition root), policies.ts, config.ts, init.ts, cli.ts, index.ts, workers/
+ *  12 composition  serve.ts (the composition root), policies.ts, settings.ts, config.ts, init.ts, cli.ts, index.ts, workers/
  *
  * `npm run lint:layers` checks it (part of `npm test`).
  */
@@ -29,7 +29,7 @@ const LAYERS = [
   ['issuer', '^src/issuer/'],
   ['gateway', '^src/gateway/'],
   ['control', '^src/control/'],
-  ['composition', '^src/(serve|policies|config|init|cli|index)\\.ts$|^src/workers/'],
+  ['composition', '^src/(serve|policies|config|settings|init|cli|index)\\.ts$|^src/workers/'],
 ];
 
 // The one arrow from a lower layer into a higher one: the gateway's reason vocabularies
