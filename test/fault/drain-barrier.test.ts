@@ -40,8 +40,8 @@ import {
 import { stopOutsideWriteLock } from './lib/embedded-pause.js';
 import { fakeClock, type FakeClock } from './lib/faketime.js';
 import { until } from './lib/workload.js';
+import { sleep } from '../helpers/wait.js';
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const SESSION_TTL = ['--session-ttl-ms', '1500'];
 
 async function policyFor(upstreamUrl: string) {

@@ -33,17 +33,11 @@ import {
   type StoreKind,
   type WriteResult,
 } from './harness/index.js';
+import { sleep, waitUntil } from '../helpers/wait.js';
 
 const KINDS: StoreKind[] = ['redis', 'postgres', 'embedded'];
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until(what: string, cond: () => boolean, timeoutMs: number): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(25);
-  }
-}
+const until = (what: string, cond: () => boolean, timeoutMs: number): Promise<void> =>
+  waitUntil(what, cond, { timeoutMs, everyMs: 25 });
 
 describe.each(KINDS)('gateway kill -9 mid-load (%s store)', (kind) => {
   let store: FaultStore | null = null;

@@ -38,10 +38,9 @@ import {
   type GatedUpstream,
   type StoreKind,
 } from './harness/index.js';
+import { sleep } from '../helpers/wait.js';
 
 const KINDS: StoreKind[] = ['redis', 'postgres', 'embedded'];
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 /** The child's grants and write attempts, for the run's history. */
 function childRecords(child: ChildClient) {
   return {

@@ -25,9 +25,9 @@ import {
   type FaultStore,
   type StoreKind,
 } from './harness/index.js';
+import { waitUntil } from '../helpers/wait.js';
 
 const KINDS: StoreKind[] = ['redis', 'postgres', 'embedded'];
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** The promise: a waiter is granted within this long of the lease ahead of it expiring. */
 const WAKE_BOUND_MS = 1500;
 
@@ -57,13 +57,8 @@ async function inspect(base: string, lock: string): Promise<{ held: boolean; wai
   return (await res.json()) as { held: boolean; waiters: number };
 }
 
-async function until(cond: () => Promise<boolean>, what: string, timeoutMs = 20_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(25);
-  }
-}
+const until = (cond: () => Promise<boolean>, what: string, timeoutMs = 20_000): Promise<void> =>
+  waitUntil(what, cond, { timeoutMs, everyMs: 25 });
 
 describe.each(KINDS)('queue wake-up (%s store)', (kind) => {
   let store: FaultStore | null = null;

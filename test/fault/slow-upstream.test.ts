@@ -37,17 +37,11 @@ import {
   type GatedUpstream,
   type StoreKind,
 } from './harness/index.js';
+import { sleep, waitUntil } from '../helpers/wait.js';
 
 const KINDS: StoreKind[] = ['redis', 'postgres', 'embedded'];
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until(what: string, cond: () => boolean, timeoutMs = 30_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
-}
+const until = (what: string, cond: () => boolean, timeoutMs = 30_000): Promise<void> =>
+  waitUntil(what, cond, { timeoutMs, everyMs: 20 });
 
 /** fencegate_drain_wait_seconds_count{outcome} from the control listener's /metrics. */
 async function drainCount(control: string, outcome: string): Promise<number> {
