@@ -83,6 +83,11 @@ export class FaultSite {
     return policy;
   }
 
+  /** A policy file the site did not write (e.g. a fixture): used, never removed. */
+  usePolicy(file: string): void {
+    this.policy = { dir: '', file };
+  }
+
   /**
    * The `docs` route (/docs/orders/:id, lock doc:{id}, drain 1.5 s) to the site's upstream
    * with the bound `timeoutMs` and a breaker that never opens, plus `extra` routes.
