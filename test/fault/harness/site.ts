@@ -23,7 +23,7 @@ import { startFencegate, type FencegateProcess } from '../../helpers/procs.js';
 import { sleep } from '../../helpers/wait.js';
 import { stopOutsideWriteLock } from '../lib/embedded-pause.js';
 import { checkRun, HistoryRecorder, opId, type WriteResult } from './history.js';
-import { writePolicy, type RouteSpec, type UpstreamSpec } from './policy.js';
+import { ordersPolicy, writePolicy, type RouteSpec, type UpstreamSpec } from './policy.js';
 import { openFaultStore, type FaultStore, type StoreKind } from './stores.js';
 import { startGatedUpstream, type GatedUpstream } from './upstream.js';
 
@@ -78,6 +78,14 @@ export class FaultSite {
     routes: RouteSpec[],
   ): Promise<{ dir: string; file: string }> {
     const policy = await writePolicy(upstreams, routes);
+    this.policy = policy;
+    this.defer(() => rm(policy.dir, { recursive: true, force: true }));
+    return policy;
+  }
+
+  /** ordersPolicy (the sample's order-writes route) to the site's upstream. */
+  async ordersPolicy(opts: { timeoutMs?: number; drainTimeoutMs?: number } = {}) {
+    const policy = await ordersPolicy((this.upstream as GatedUpstream).url, opts);
     this.policy = policy;
     this.defer(() => rm(policy.dir, { recursive: true, force: true }));
     return policy;
