@@ -13,6 +13,7 @@ import {
   tempDir,
   type FencegateProcess,
 } from '../helpers/procs.js';
+import { sleep } from '../helpers/wait.js';
 
 const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
@@ -228,7 +229,7 @@ describe('fencegate CLI', () => {
     let status = 0;
     while (Date.now() < end && status !== 200) {
       status = (await fetch(`${s.control}/readyz`)).status;
-      if (status !== 200) await new Promise((r) => setTimeout(r, 200));
+      if (status !== 200) await sleep(200);
     }
     expect(status).toBe(200);
   }, 40_000);

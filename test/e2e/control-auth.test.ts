@@ -13,6 +13,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { parseKeyHash, verifyApiKey } from '../../src/auth/keys.js';
 import { FencegateClient } from '../../src/client/index.js';
 import { BIN, ROOT, runCli, startFencegate, tempDir, type FencegateProcess } from '../helpers/procs.js';
+import { waitUntil } from '../helpers/wait.js';
 
 const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
@@ -190,10 +191,5 @@ describe('secure by default', () => {
   }, 180_000);
 });
 
-async function waitFor(cond: () => Promise<boolean>, what: string, ms = 20_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for: ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+const waitFor = (cond: () => Promise<boolean>, what: string, ms = 20_000): Promise<void> =>
+  waitUntil(what, cond, { timeoutMs: ms, everyMs: 100, message: `timed out waiting for: ${what}` });

@@ -13,6 +13,7 @@ import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort, ROOT, startFencegate, tempDir, type FencegateProcess } from '../helpers/procs.js';
 import { deleteRedisPrefix, REDIS_URL, uniqueName } from '../helpers/stores.js';
+import { sleep } from '../helpers/wait.js';
 
 // The functions passed to waitForFunction run in the page; this is the little of the DOM
 // they use (the project's TypeScript has no DOM library).
@@ -29,8 +30,6 @@ declare const document: {
 
 const CHROMIUM = '/usr/bin/chromium';
 const ARTIFACTS = join(ROOT, 'test-artifacts');
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 interface Lease {
   leaseId: string;
   token: string;

@@ -14,6 +14,7 @@ import { FencegateClient, LeaseLostError } from '../../src/client/index.js';
 import { startSampleUpstream, type SampleUpstream } from '../../src/sample/index.js';
 import { policyYaml } from '../helpers/e2e.js';
 import { runCli, startFencegate, tempDir, type FencegateProcess } from '../helpers/procs.js';
+import { sleep } from '../helpers/wait.js';
 
 let dir: string;
 let fg: FencegateProcess | null = null;
@@ -82,7 +83,7 @@ describe('fencegate epoch bump', () => {
     for (let i = 0; i < 100; i++) {
       status = (await put(lock.fencingToken)).status;
       if (status !== 503) break;
-      await new Promise((r) => setTimeout(r, 200));
+      await sleep(200);
     }
     expect(status).toBe(409);
     // The lock is free at once for the next owner, above the floor.

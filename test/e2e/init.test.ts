@@ -8,6 +8,7 @@ import { mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ROOT, runCli, startFencegate, tempDir } from '../helpers/procs.js';
+import { waitUntil } from '../helpers/wait.js';
 
 const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
@@ -24,13 +25,8 @@ async function emptyDir(): Promise<string> {
 const redisStore = () => ['--store', 'redis://127.0.0.1:6379', '--allow-volatile-redis'];
 const namespace = () => ['--store-namespace', `fginit${randomBytes(4).toString('hex')}`];
 
-async function until(check: () => Promise<boolean>, what: string, ms = 15_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+const until = (check: () => Promise<boolean>, what: string, ms = 15_000): Promise<void> =>
+  waitUntil(what, check, { timeoutMs: ms, everyMs: 100 });
 
 describe('fencegate init', () => {
   it('scaffolds the example policies, which pass fencegate check', async () => {

@@ -10,6 +10,7 @@ import { access, mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promise
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROOT, freePort, tempDir } from '../helpers/procs.js';
+import { sleep } from '../helpers/wait.js';
 
 interface Ran {
   code: number | null;
@@ -129,7 +130,7 @@ describe('the packed package', () => {
       while (!(m = /listening data=([^\s"]+) control=([^\s"]+)/.exec(out))) {
         if (proc.exitCode !== null) throw new Error(`serve exited ${proc.exitCode}: ${out}`);
         if (Date.now() > end) throw new Error(`serve did not start: ${out}`);
-        await new Promise((r) => setTimeout(r, 50));
+        await sleep(50);
       }
       const [, data, control] = m as unknown as [string, string, string];
       expect(out).toMatch(/store embedded \.\/\.fencegate/);

@@ -20,6 +20,7 @@ import {
 } from '../helpers/e2e.js';
 import { startFencegate, tempDir, type FencegateProcess } from '../helpers/procs.js';
 import { withPgClient } from '../helpers/sql-fixtures.js';
+import { sleep } from '../helpers/wait.js';
 
 describe('kind: postgres behind two gateway processes', () => {
   const storeSchema = randomNamespace();
@@ -170,7 +171,7 @@ describe('kind: postgres behind two gateway processes', () => {
               }
             }),
           );
-          await new Promise((r) => setTimeout(r, 350));
+          await sleep(350);
         }
         await Promise.all(writers);
       }),

@@ -6,6 +6,7 @@
 import { rm } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFencegate, tempDir, type FencegateProcess } from '../helpers/procs.js';
+import { sleep } from '../helpers/wait.js';
 
 let fg: FencegateProcess;
 let dir: string;
@@ -41,7 +42,7 @@ describe('README walk-through', () => {
   it('refuses the paused owner and keeps the newer write', async () => {
     const a = await acquire('worker-a', 300);
     expect((await put(a.token, 'packing')).ok).toBe(true);
-    await new Promise((r) => setTimeout(r, 400)); // A pauses past its lease
+    await sleep(400); // A pauses past its lease
     const b = await acquire('worker-b', 10_000);
     expect(BigInt(b.token)).toBeGreaterThan(BigInt(a.token));
     expect((await put(b.token, 'shipped')).ok).toBe(true);

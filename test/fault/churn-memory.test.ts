@@ -30,6 +30,7 @@ import type { Store } from '../../src/store/types.js';
 import { freshEmbeddedDir } from '../helpers/embedded-template.js';
 import { startRedis, type RedisProcess } from '../helpers/procs.js';
 import { dropPostgresSchema, POSTGRES_URL, uniqueName } from '../helpers/stores.js';
+import { sleep } from '../helpers/wait.js';
 
 /** Documented bound: Redis memory growth per released key, while its idempotency record lives. */
 const REDIS_BYTES_PER_KEY = 450;
@@ -145,7 +146,7 @@ describe('memory under churn: postgres', () => {
     let trickle = 0;
     while ((await count('grants', 'keep_until <= 1')) > 0 && Date.now() < end) {
       await churn(issuer, `trickle${trickle++}`, 1, 1);
-      await new Promise((r) => setTimeout(r, 500));
+      await sleep(500);
     }
     expect(await count('grants', 'keep_until <= 1')).toBe(0);
     expect(await count('grants')).toBe(n + more + trickle);
@@ -215,7 +216,7 @@ describe('memory under churn: embedded', () => {
     let trickle = 0;
     while (expired() > 0 && Date.now() < end) {
       await churn(issuer, `trickle${trickle++}`, 1, 1);
-      await new Promise((r) => setTimeout(r, 500));
+      await sleep(500);
     }
     expect(expired()).toBe(0);
     expect(count(t.grants)).toBe(n + more + trickle);

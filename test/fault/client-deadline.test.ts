@@ -33,6 +33,7 @@ import {
   type GatedUpstream,
   type StoreKind,
 } from './harness/index.js';
+import { sleep } from '../helpers/wait.js';
 
 const KINDS: StoreKind[] = ['redis', 'postgres', 'embedded'];
 
@@ -201,7 +202,7 @@ describe.each(KINDS)('client deadline (%s store)', (kind) => {
     const live = await post(gw.control, lock, { owner: 'alice', ttlMs: 300, requestId });
     expect(live.json).toMatchObject({ leaseId: first.json.leaseId, replayed: true });
 
-    await new Promise((r) => setTimeout(r, 500));
+    await sleep(500);
     const ended = {
       type: 'urn:fencegate:replay-ended',
       leaseId: first.json.leaseId,

@@ -18,43 +18,29 @@
  * gateway 1 stays healthy shows no lock-delay wait (B waits only until A is answered).
  * Every run ends with the history checker, on Redis, Postgres and the embedded store.
  */
-import { randomBytes } from 'node:crypto';
-import { rm } from 'node:fs/promises';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { formatViolation } from '../checker/index.js';
-import { freePort, startFencegate, type FencegateProcess } from '../helpers/procs.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { freePort } from '../helpers/procs.js';
+import { sleep } from '../helpers/wait.js';
 import {
-  checkRun,
-  HistoryRecorder,
+  expectRunClean,
+  newRun,
   opId,
-  openFaultStore,
-  startGatedUpstream,
-  writePolicy,
-  type FaultStore,
+  SESSION_TTL,
+  useFaultSite,
+  writeUntilForwarded,
+  type FaultSite,
   type GatedUpstream,
+  type SiteGateway,
   type StoreKind,
-  type WriteResult,
 } from './harness/index.js';
-import { stopOutsideWriteLock } from './lib/embedded-pause.js';
 import { blockEventLoop, childPids, ownerOfPort } from './lib/processes.js';
-import { sleep, until } from './lib/workload.js';
+import { until } from './lib/workload.js';
 
-const SESSION_TTL = ['--session-ttl-ms', '1500'];
 /** The route's upstream bound (its timeoutMs), and how long the upstream takes to apply A. */
 const BOUND_MS = 4000;
 const APPLY_MS = 3000;
-
-interface Run {
-  history: HistoryRecorder;
-  lock: string;
-  id: string;
-  tag: string;
-}
-
-function newRun(): Run {
-  const tag = randomBytes(3).toString('hex');
-  return { history: new HistoryRecorder(), lock: `doc:${tag}`, id: tag, tag };
-}
+/** How long B's owner retries on 503 before it gives up. */
+const B_RETRY_MS = 60_000;
 
 /** fencegate_lock_delay_waits_total{route="docs"} on a gateway's control listener. */
 async function lockDelayWaits(control: string): Promise<number> {
@@ -63,76 +49,31 @@ async function lockDelayWaits(control: string): Promise<number> {
   return Number(m?.[1] ?? NaN);
 }
 
-/** B's owner: retries its write (a new request id each time) on 503 until it is forwarded. */
-async function writeUntilForwarded(
-  run: Run,
-  data: string,
-  token: string,
-  writer: string,
-): Promise<{ result: WriteResult; requestId: string }> {
-  const end = Date.now() + 60_000;
-  for (;;) {
-    const requestId = opId(writer);
-    const path = `/docs/orders/${run.id}`;
-    const result = await run.history.write({ data, path, lock: run.lock, token, writer, requestId });
-    if (result.status !== 503 || Date.now() > end) return { result, requestId };
-    await sleep(200);
-  }
-}
-
 type Stop = 'gateway' | 'worker' | 'event loop' | 'nothing (control)';
 
 describe.each(['redis', 'postgres', 'embedded'] as StoreKind[])(
   'a delivered write is applied before the next owner’s when its gateway stops (%s)',
   (kind) => {
-    let store: FaultStore | null = null;
-    let upstream: GatedUpstream | null = null;
-    let gw2: FencegateProcess | null = null;
-    let policy = { dir: '', file: '' };
+    const site: FaultSite = useFaultSite({ serveArgs: SESSION_TTL });
+    let gw2: SiteGateway | null = null;
 
     beforeAll(async () => {
-      upstream = await startGatedUpstream();
-      store = await openFaultStore(kind);
-      policy = await writePolicy(
-        { app: { url: upstream.url, timeoutMs: BOUND_MS, breaker: { volumeThreshold: 10_000 } } },
-        [{ name: 'docs', path: '/docs/orders/:id', upstream: 'app', lock: 'doc:{id}', drainTimeoutMs: 1500 }],
-      );
-      gw2 = await startFencegate([...store.args, '--policies', policy.file, ...SESSION_TTL]);
+      await site.startUpstream();
+      await site.openStore(kind);
+      await site.docsPolicy(BOUND_MS);
+      gw2 = await site.serve();
     }, 120_000);
-
-    afterAll(async () => {
-      await gw2?.kill();
-      await upstream?.close();
-      await store?.cleanup();
-      if (policy.dir) await rm(policy.dir, { recursive: true, force: true });
-    }, 60_000);
 
     it.each<Stop>(['gateway', 'worker', 'event loop', 'nothing (control)'])(
       'gateway 1 stops (%s) 300 ms after delivering A’s write',
       async (stop) => {
-        const [g2, up, st] = [gw2 as FencegateProcess, upstream as GatedUpstream, store as FaultStore];
+        const [g2, up] = [gw2 as SiteGateway, site.upstream as GatedUpstream];
         const inspectPort = await freePort();
-        const g1 = await startFencegate(
-          [
-            ...st.args,
-            '--policies',
-            policy.file,
-            ...SESSION_TTL,
-            ...(stop === 'worker' ? ['--workers', '2'] : []),
-          ],
+        const g1 = await site.serve(
+          stop === 'worker' ? ['--workers', '2'] : [],
           stop === 'event loop' ? { NODE_OPTIONS: `--inspect-port=127.0.0.1:${inspectPort}` } : {},
         );
-        const pid = g1.proc.pid as number;
-        const stopped: number[] = [];
-        const resume = () => {
-          for (const p of stopped.splice(0)) {
-            try {
-              process.kill(p, 'SIGCONT');
-            } catch {
-              /* gone */
-            }
-          }
-        };
+        const pid = g1.pid;
         try {
           const run = newRun();
           const waitsBefore = await lockDelayWaits(g2.control);
@@ -160,11 +101,9 @@ describe.each(['redis', 'postgres', 'embedded'] as StoreKind[])(
               expect(worker, 'the worker that sent A').not.toBeNull();
               pids = [worker as number];
             }
-            stopped.push(...pids);
             // On the embedded store, not while a stopped process holds the directory's write
             // lock: that would stop gateway 2's writes too (docs/stores-embedded.md).
-            if (st.dir === null) for (const p of pids) process.kill(p, 'SIGSTOP');
-            else await stopOutsideWriteLock(st.dir, pids);
+            await site.pause(pids);
           } else if (stop === 'event loop') {
             unblocked = (await blockEventLoop(pid, inspectPort, 9000)).done;
           }
@@ -173,7 +112,13 @@ describe.each(['redis', 'postgres', 'embedded'] as StoreKind[])(
             waitMs: 10_000,
           });
           expect(lb).not.toBeNull();
-          const b = await writeUntilForwarded(run, g2.data, lb?.fencingToken as string, `b-${run.tag}`);
+          const b = await writeUntilForwarded(
+            run,
+            g2.data,
+            lb?.fencingToken as string,
+            `b-${run.tag}`,
+            B_RETRY_MS,
+          );
           expect(b.result.status).toBe(200);
           // The order at the resource: A's write applied before B's arrived.
           expect(up.indexOf('applied', reqA)).toBeGreaterThanOrEqual(0);
@@ -182,11 +127,10 @@ describe.each(['redis', 'postgres', 'embedded'] as StoreKind[])(
           if (stop === 'nothing (control)')
             expect(waits).toBe(0); // a healthy gateway: no lock-delay
           else expect(waits).toBeGreaterThan(0); // B waited out A's lock-delay, and it shows
-          resume();
+          site.resume();
           await unblocked;
           await tA;
-          const { result } = await checkRun(up.url, run.history, { only: (w) => w.lock === run.lock });
-          expect(result.ok, formatViolation(result)).toBe(true);
+          await expectRunClean(up.url, run);
           if (stop !== 'nothing (control)') {
             const events = (await (await fetch(`${g2.control}/v1/events?type=lock-delay`)).json()) as {
               events: { lock: string; type: string; reason: string }[];
@@ -196,7 +140,7 @@ describe.each(['redis', 'postgres', 'embedded'] as StoreKind[])(
             );
           }
         } finally {
-          resume();
+          site.resume();
           await g1.kill();
         }
       },

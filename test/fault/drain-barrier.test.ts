@@ -19,55 +19,40 @@
  * still send T1). Every run ends with the history checker, and T2 must succeed: a barrier
  * that refuses everything does not pass.
  */
-import { randomBytes } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { rm } from 'node:fs/promises';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { formatViolation } from '../checker/index.js';
-import { startFencegate, tempDir, type FencegateProcess } from '../helpers/procs.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { tempDir } from '../helpers/procs.js';
 import { startCluster } from '../helpers/sql-cluster.js';
+import { sleep } from '../helpers/wait.js';
 import {
-  checkRun,
-  HistoryRecorder,
+  expectRunClean,
+  newRun,
   opId,
-  openFaultStore,
-  startGatedUpstream,
-  writePolicy,
-  type FaultStore,
+  SESSION_TTL,
+  useFaultSite,
+  writeUntilForwarded,
+  type FaultSite,
   type GatedUpstream,
+  type Run,
+  type SiteGateway,
   type WriteResult,
 } from './harness/index.js';
-import { stopOutsideWriteLock } from './lib/embedded-pause.js';
 import { fakeClock, type FakeClock } from './lib/faketime.js';
 import { until } from './lib/workload.js';
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const SESSION_TTL = ['--session-ttl-ms', '1500'];
+/** How long T2's owner retries on 503 before it gives up. */
+const T2_RETRY_MS = 40_000;
 
-async function policyFor(upstreamUrl: string) {
-  return writePolicy({ app: { url: upstreamUrl, timeoutMs: 3000, breaker: { volumeThreshold: 10_000 } } }, [
-    { name: 'docs', path: '/docs/orders/:id', upstream: 'app', lock: 'doc:{id}', drainTimeoutMs: 1500 },
-    { name: 'filler', path: '/filler/orders/:id', upstream: 'app' },
-  ]);
-}
+/** The docs route (upstream bound 3 s) and an unfenced filler route, to the site's upstream. */
+const docsAndFiller = (site: FaultSite) =>
+  site.docsPolicy(3000, [{ name: 'filler', path: '/filler/orders/:id', upstream: 'app' }]);
 
 /** The highest token admitted for `lock`, as the control API reports it (null: none yet). */
 async function highest(control: string, lock: string): Promise<string | null> {
   const res = await fetch(`${control}/v1/locks/${encodeURIComponent(lock)}`);
   if (res.status !== 200) return null;
   return ((await res.json()) as { highest: string | null }).highest;
-}
-
-interface Run {
-  history: HistoryRecorder;
-  lock: string;
-  id: string;
-  tag: string;
-}
-
-function newRun(): Run {
-  const tag = randomBytes(3).toString('hex');
-  return { history: new HistoryRecorder(), lock: `doc:${tag}`, id: tag, tag };
 }
 
 /**
@@ -126,61 +111,20 @@ function slowUpload(
   });
 }
 
-/** T2's owner: retries its write (a new request id each time) on 503 until it is forwarded. */
-async function writeUntilForwarded(
-  run: Run,
-  data: string,
-  token: string,
-  writer: string,
-  timeoutMs = 40_000,
-): Promise<{ result: WriteResult; requestId: string; attempts: number }> {
-  const end = Date.now() + timeoutMs;
-  for (let attempts = 1; ; attempts++) {
-    const requestId = opId(writer);
-    const result = await run.history.write({
-      data,
-      path: `/docs/orders/${run.id}`,
-      lock: run.lock,
-      token,
-      writer,
-      requestId,
-    });
-    if (result.status !== 503 || Date.now() > end) return { result, requestId, attempts };
-    await sleep(200);
-  }
-}
-
-async function expectClean(up: GatedUpstream, run: Run): Promise<void> {
-  const { result } = await checkRun(up.url, run.history, { only: (w) => w.lock === run.lock });
-  expect(result.ok, formatViolation(result)).toBe(true);
-}
-
 describe.each(['redis', 'postgres', 'embedded'] as const)(
   'the drain barrier holds while a write is in flight (%s, two gateways)',
   (kind) => {
-    let store: FaultStore | null = null;
-    let upstream: GatedUpstream | null = null;
-    let gw1: FencegateProcess | null = null;
-    let gw2: FencegateProcess | null = null;
-    let policyDir = '';
+    const site: FaultSite = useFaultSite({ serveArgs: SESSION_TTL });
+    let gw1: SiteGateway | null = null;
+    let gw2: SiteGateway | null = null;
 
     beforeAll(async () => {
-      upstream = await startGatedUpstream();
-      store = await openFaultStore(kind);
-      const policy = await policyFor(upstream.url);
-      policyDir = policy.dir;
-      const args = [...store.args, '--policies', policy.file, ...SESSION_TTL];
-      gw1 = await startFencegate(args);
-      gw2 = await startFencegate(args);
+      await site.startUpstream();
+      await site.openStore(kind);
+      await docsAndFiller(site);
+      gw1 = await site.serve();
+      gw2 = await site.serve();
     }, 120_000);
-
-    afterAll(async () => {
-      await gw1?.kill();
-      await gw2?.kill();
-      await upstream?.close();
-      await store?.cleanup();
-      if (policyDir) await rm(policyDir, { recursive: true, force: true });
-    }, 60_000);
 
     /** Owner A takes the lock for 300 ms; returns its token and, after expiry, B's. */
     async function owners(run: Run, control: string, takeOverAt = control) {
@@ -200,23 +144,23 @@ describe.each(['redis', 'postgres', 'embedded'] as const)(
     }
 
     it('a slow upload keeps its place: T2 waits until T1, still streaming past the old entry life, is applied', async () => {
-      const [g1, g2, up] = [gw1 as FencegateProcess, gw2 as FencegateProcess, upstream as GatedUpstream];
+      const [g1, g2, up] = [gw1 as SiteGateway, gw2 as SiteGateway, site.upstream as GatedUpstream];
       const run = newRun();
       const o = await owners(run, g1.control);
       const req1 = opId(`a-${run.tag}`);
       const t1 = slowUpload(run, g1.data, o.a, `a-${run.tag}`, req1, 16, 500); // ~8 s
       await until('T1 headers at the upstream', async () => up.indexOf('received', req1) >= 0);
       const b = await o.takeOver();
-      const t2 = await writeUntilForwarded(run, g2.data, b, `b-${run.tag}`);
+      const t2 = await writeUntilForwarded(run, g2.data, b, `b-${run.tag}`, T2_RETRY_MS);
       expect((await t1).status).toBe(201);
       expect(t2.result.status).toBe(200);
       expect(t2.attempts).toBeGreaterThan(1); // it was held back, then let through
       expect(up.indexOf('applied', req1)).toBeLessThan(up.indexOf('received', t2.requestId));
-      await expectClean(up, run);
+      await expectRunClean(up.url, run);
     }, 90_000);
 
     it('a write queued behind a full upstream pool keeps its place: T2 is not forwarded before T1', async () => {
-      const [g1, g2, up] = [gw1 as FencegateProcess, gw2 as FencegateProcess, upstream as GatedUpstream];
+      const [g1, g2, up] = [gw1 as SiteGateway, gw2 as SiteGateway, site.upstream as GatedUpstream];
       const run = newRun();
       const base = up.received('filler');
       const fillers = Array.from({ length: 256 }, (_, i) =>
@@ -247,7 +191,7 @@ describe.each(['redis', 'postgres', 'embedded'] as const)(
       // with gateway 1 busy with the fillers, admission can take longer than a's short lease.
       await until('T1 admitted at gateway 1', async () => (await highest(g1.control, run.lock)) === o.a);
       const b = await o.takeOver();
-      const t2 = writeUntilForwarded(run, g2.data, b, `b-${run.tag}`);
+      const t2 = writeUntilForwarded(run, g2.data, b, `b-${run.tag}`, T2_RETRY_MS);
       await sleep(1500);
       expect(up.indexOf('received', req1), 'T1 still queued behind the fillers').toBe(-1);
       expect((await t1).status).toBe(201);
@@ -255,11 +199,11 @@ describe.each(['redis', 'postgres', 'embedded'] as const)(
       expect(second.result.status).toBe(200);
       expect(up.indexOf('applied', req1)).toBeLessThan(up.indexOf('received', second.requestId));
       expect(await Promise.all(fillers)).not.toContain(0);
-      await expectClean(up, run);
+      await expectRunClean(up.url, run);
     }, 120_000);
 
     it('a paused gateway forwards nothing after its session could be ended: T1 is refused on SIGCONT, T2 goes', async () => {
-      const [g1, g2, up] = [gw1 as FencegateProcess, gw2 as FencegateProcess, upstream as GatedUpstream];
+      const [g1, g2, up] = [gw1 as SiteGateway, gw2 as SiteGateway, site.upstream as GatedUpstream];
       const run = newRun();
       const gate0 = `t0-${run.tag}`;
       // T0: the first owner's write, held at the upstream.
@@ -289,17 +233,15 @@ describe.each(['redis', 'postgres', 'embedded'] as const)(
       await sleep(300);
       // On the embedded store, not while gateway 1 holds the directory's write lock: that
       // would stop gateway 2's writes too, until SIGCONT (docs/stores-embedded.md).
-      const dir = (store as FaultStore).dir;
-      if (dir === null) g1.proc.kill('SIGSTOP');
-      else await stopOutsideWriteLock(dir, g1.proc);
+      await g1.pause();
       let b: string;
       try {
         up.open(gate0); // T0 is applied; gateway 1 cannot see the answer
         await until('T0 applied', async () => up.indexOf('applied', req0) >= 0);
         b = await o.takeOver();
-        const t2 = await writeUntilForwarded(run, g2.data, b, `b-${run.tag}`);
+        const t2 = await writeUntilForwarded(run, g2.data, b, `b-${run.tag}`, T2_RETRY_MS);
         expect(t2.result.status).toBe(200);
-        g1.proc.kill('SIGCONT');
+        g1.resume();
         const first = await t1;
         expect(first.status).toBe(503); // its session lapsed while paused: never forwarded
         expect(up.indexOf('received', req1)).toBe(-1);
@@ -308,12 +250,12 @@ describe.each(['redis', 'postgres', 'embedded'] as const)(
         expect(up.indexOf('received', req1)).toBe(-1);
         expect(up.indexOf('applied', req0)).toBeLessThan(up.indexOf('received', t2.requestId));
       } finally {
-        g1.proc.kill('SIGCONT');
+        g1.resume();
       }
       // Gateway 1 recovers with a new session and forwards the current owner's writes again.
-      const after = await writeUntilForwarded(run, g1.data, b, `b-${run.tag}`);
+      const after = await writeUntilForwarded(run, g1.data, b, `b-${run.tag}`, T2_RETRY_MS);
       expect(after.result.status).toBe(200);
-      await expectClean(up, run);
+      await expectRunClean(up.url, run);
     }, 120_000);
   },
 );
@@ -327,41 +269,22 @@ describe.each(['redis', 'postgres', 'embedded'] as const)(
  * is run again (a barrier within one worker is tested above).
  */
 describe('the drain barrier holds across workers (redis, serve --workers 2)', () => {
-  let store: FaultStore | null = null;
-  let upstream: GatedUpstream | null = null;
-  let gw: FencegateProcess | null = null;
-  let policyDir = '';
+  const site: FaultSite = useFaultSite({ serveArgs: SESSION_TTL });
+  let gw: SiteGateway | null = null;
 
   beforeAll(async () => {
-    upstream = await startGatedUpstream();
-    store = await openFaultStore('redis');
-    const policy = await policyFor(upstream.url);
-    policyDir = policy.dir;
-    gw = await startFencegate([
-      ...store.args,
-      '--policies',
-      policy.file,
-      ...SESSION_TTL,
-      '--workers',
-      '2',
-      '--log-level',
-      'info',
-    ]);
+    await site.startUpstream();
+    await site.openStore('redis');
+    await docsAndFiller(site);
+    gw = await site.serve(['--workers', '2', '--log-level', 'info']);
   }, 120_000);
 
-  afterAll(async () => {
-    await gw?.kill();
-    await upstream?.close();
-    await store?.cleanup();
-    if (policyDir) await rm(policyDir, { recursive: true, force: true });
-  }, 60_000);
-
   /** The worker whose access line fenced `token` on `lock` (admitted or refused), or undefined. */
-  const fencedBy = (g: FencegateProcess, lock: string, token: string) =>
+  const fencedBy = (g: SiteGateway, lock: string, token: string) =>
     g.logs().find((l) => l.msg === 'request' && l.lock === lock && l.token === token)?.worker;
 
   it('a slow upload through one worker keeps its place: T2 through the other waits until T1 is applied', async () => {
-    const [g, up] = [gw as FencegateProcess, upstream as GatedUpstream];
+    const [g, up] = [gw as SiteGateway, site.upstream as GatedUpstream];
     for (let attempt = 1; ; attempt++) {
       const run = newRun();
       const la = await run.history.acquire(g.control, run.lock, `a-${run.tag}`, {
@@ -378,12 +301,12 @@ describe('the drain barrier holds across workers (redis, serve --workers 2)', ()
       });
       expect(lb).not.toBeNull();
       const b = lb?.fencingToken as string;
-      const t2 = await writeUntilForwarded(run, g.data, b, `b-${run.tag}`);
+      const t2 = await writeUntilForwarded(run, g.data, b, `b-${run.tag}`, T2_RETRY_MS);
       expect((await t1).status).toBe(201);
       expect(t2.result.status).toBe(200);
       expect(t2.attempts).toBeGreaterThan(1); // it was held back, then let through
       expect(up.indexOf('applied', req1)).toBeLessThan(up.indexOf('received', t2.requestId));
-      await expectClean(up, run);
+      await expectRunClean(up.url, run);
       let w1: unknown;
       let w2: unknown;
       await until('both access lines', async () => {
@@ -404,42 +327,34 @@ describe('the drain barrier holds across workers (redis, serve --workers 2)', ()
 describe.each(['postgres', 'embedded'] as const)(
   'a store clock step forward does not release the barrier (%s)',
   (kind) => {
+    const site: FaultSite = useFaultSite({ serveArgs: SESSION_TTL });
     let clock: FakeClock | null = null;
-    let upstream: GatedUpstream | null = null;
-    let gateways: FencegateProcess[] = [];
-    const cleanups: (() => Promise<unknown>)[] = [];
+    let gateways: SiteGateway[] = [];
 
     beforeAll(async () => {
-      clock = await fakeClock('+0');
-      upstream = await startGatedUpstream();
-      const policy = await policyFor(upstream.url);
-      cleanups.push(() => rm(policy.dir, { recursive: true, force: true }));
-      const base = ['--policies', policy.file, ...SESSION_TTL];
+      const fake = await fakeClock('+0');
+      clock = fake;
+      site.defer(() => fake.close());
+      await site.startUpstream();
+      await docsAndFiller(site);
       if (kind === 'postgres') {
-        const cluster = await startCluster(clock.env);
-        cleanups.push(() => cluster.destroy());
-        const args = [...base, '--store', cluster.url];
-        gateways = [await startFencegate(args), await startFencegate(args)];
+        const cluster = await startCluster(fake.env);
+        site.defer(() => cluster.destroy());
+        const args = ['--store', cluster.url];
+        gateways = [await site.serve(args), await site.serve(args)];
       } else {
         // The embedded store's clock is the host clock of the processes that open it: one
         // gateway under libfaketime (a second one would disagree with it on lease times).
         const dir = await tempDir('fg-step-');
-        cleanups.push(() => rm(dir, { recursive: true, force: true }));
-        gateways = [await startFencegate([...base, '--store', dir], clock.env)];
+        site.defer(() => rm(dir, { recursive: true, force: true }));
+        gateways = [await site.serve(['--store', dir], fake.env)];
       }
     }, 180_000);
 
-    afterAll(async () => {
-      for (const g of gateways) await g.kill();
-      await upstream?.close();
-      for (const c of cleanups.reverse()) await c().catch(() => undefined);
-      await clock?.close();
-    }, 60_000);
-
     it('T2 waits for T1 although every store-clock deadline has passed; T2 then succeeds', async () => {
-      const up = upstream as GatedUpstream;
+      const up = site.upstream as GatedUpstream;
       const fake = clock as FakeClock;
-      const g1 = gateways[0] as FencegateProcess;
+      const g1 = gateways[0] as SiteGateway;
       const g2 = gateways[1] ?? g1;
       const run = newRun();
       const la = await run.history.acquire(g1.control, run.lock, `a-${run.tag}`, { ttlMs: 300 });
@@ -453,13 +368,19 @@ describe.each(['postgres', 'embedded'] as const)(
         waitMs: 10_000,
       });
       expect(lb).not.toBeNull();
-      const t2 = await writeUntilForwarded(run, g2.data, lb?.fencingToken as string, `b-${run.tag}`);
+      const t2 = await writeUntilForwarded(
+        run,
+        g2.data,
+        lb?.fencingToken as string,
+        `b-${run.tag}`,
+        T2_RETRY_MS,
+      );
       expect((await t1).status).toBe(201);
       expect(t2.result.status).toBe(200);
       expect(t2.attempts).toBeGreaterThan(1);
       expect(up.indexOf('applied', req1)).toBeLessThan(up.indexOf('received', t2.requestId));
       await fake.set('+0');
-      await expectClean(up, run);
+      await expectRunClean(up.url, run);
     }, 120_000);
   },
 );

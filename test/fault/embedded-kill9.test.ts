@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
+import { sleep } from '../helpers/wait.js';
 
 const CHILD = fileURLToPath(new URL('../helpers/sql-kill9-child.mjs', import.meta.url));
 const BUILT = fileURLToPath(new URL('../../dist/store/lmdb/store.js', import.meta.url));
@@ -94,7 +95,7 @@ async function kill9(run: Run): Promise<void> {
   run.child.kill('SIGKILL');
   if (run.child.exitCode === null && run.child.signalCode === null) await once(run.child, 'exit');
   // Let readline deliver what was written before the kill.
-  await new Promise((r) => setTimeout(r, 20));
+  await sleep(20);
 }
 
 describe('kill -9 on the embedded store', () => {
@@ -142,7 +143,7 @@ describe('kill -9 on the embedded store', () => {
 
       // Let it write for a random while, then kill it mid-stride.
       await run.waitFor((l) => l.event === 'grant', 10_000);
-      await new Promise((r) => setTimeout(r, 30 + Math.floor(Math.random() * 400)));
+      await sleep(30 + Math.floor(Math.random() * 400));
       await kill9(run);
 
       const grants = run.lines.filter((l) => l.event === 'grant');

@@ -23,6 +23,7 @@ import {
 } from './lib-fuzz/env.js';
 import { classify, documentedProblems, illegalWrite, KNOWN_BUGS, type Verdict } from './lib-fuzz/oracle.js';
 import { sendRaw, showBytes } from './lib-fuzz/raw-http.js';
+import { sleep } from '../helpers/wait.js';
 
 const SEED = process.env.FUZZ_SEED !== undefined ? Number(process.env.FUZZ_SEED) : Date.now() % 2_147_483_647;
 const RUNS = Number(process.env.FUZZ_RUNS ?? 300);
@@ -140,7 +141,7 @@ describe('HTTP fuzzing of both listeners (raw TCP)', () => {
         const exited = () => env.proc.proc.exitCode !== null || env.proc.proc.signalCode !== null;
         // Any exit fails the run (KB-4, a crash on an abandoned upstream body, was fixed).
         const survive = async (at: string) => {
-          await new Promise((r) => setTimeout(r, 300));
+          await sleep(300);
           if (exited())
             throw new Error(`fencegate exited ${at} (seed ${SEED})\n${env.proc.output().slice(-4000)}`);
         };

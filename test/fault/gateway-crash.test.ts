@@ -16,61 +16,41 @@
  * owner's write applied after a newer one.
  */
 import { randomBytes } from 'node:crypto';
-import { rm } from 'node:fs/promises';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { formatViolation } from '../checker/index.js';
-import { freePort, startFencegate, type FencegateProcess } from '../helpers/procs.js';
+import { freePort, type FencegateProcess } from '../helpers/procs.js';
 import {
   checkRun,
   HistoryRecorder,
   opId,
-  openFaultStore,
-  ordersPolicy,
   runWorkload,
-  startGatedUpstream,
+  useFaultSite,
   type FaultStore,
   type GatedUpstream,
   type StoreKind,
   type WriteResult,
 } from './harness/index.js';
+import { sleep, waitUntil } from '../helpers/wait.js';
 
 const KINDS: StoreKind[] = ['redis', 'postgres', 'embedded'];
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until(what: string, cond: () => boolean, timeoutMs: number): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(25);
-  }
-}
+const until = (what: string, cond: () => boolean, timeoutMs: number): Promise<void> =>
+  waitUntil(what, cond, { timeoutMs, everyMs: 25 });
 
 describe.each(KINDS)('gateway kill -9 mid-load (%s store)', (kind) => {
+  const site = useFaultSite();
   let store: FaultStore | null = null;
   let upstream: GatedUpstream | null = null;
-  let policyFile = '';
-  let policyDir = '';
   const gateways: (FencegateProcess | null)[] = [];
-  const dead: FencegateProcess[] = [];
 
-  const start = () => startFencegate([...(store as FaultStore).args, '--policies', policyFile]);
+  const start = () => site.serve();
 
   beforeAll(async () => {
-    upstream = await startGatedUpstream();
-    store = await openFaultStore(kind);
-    const policy = await ordersPolicy(upstream.url, { timeoutMs: 2000, drainTimeoutMs: 3000 });
-    policyFile = policy.file;
-    policyDir = policy.dir;
+    upstream = await site.startUpstream();
+    store = await site.openStore(kind);
+    await site.ordersPolicy({ timeoutMs: 2000, drainTimeoutMs: 3000 });
     gateways.push(await start());
     if (store.shared) gateways.push(await start());
   }, 90_000);
-
-  afterAll(async () => {
-    for (const g of [...gateways, ...dead]) await g?.kill();
-    await upstream?.close();
-    await store?.cleanup();
-    if (policyDir) await rm(policyDir, { recursive: true, force: true });
-  }, 60_000);
 
   it('keeps acknowledged writes and the order across the crash; the workload goes on', async () => {
     const up = upstream as GatedUpstream;
@@ -125,7 +105,6 @@ describe.each(KINDS)('gateway kill -9 mid-load (%s store)', (kind) => {
 
       await before.kill('SIGKILL');
       gateways[victim] = null;
-      dead.push(before);
       const orphanResult: WriteResult = await orphan;
       expect(orphanResult.status).toBe('error'); // the connection died with the gateway
       up.open(`orphan-${tag}`); // the upstream applies it anyway: the write was handed over
@@ -197,23 +176,18 @@ describe.each(KINDS)('gateway kill -9 mid-load (%s store)', (kind) => {
  * overtakes the orphan; the workload goes on through the same port; the checker passes.
  */
 describe('worker kill -9 mid-load (redis store, serve --workers 2)', () => {
-  let store: FaultStore | null = null;
+  const site = useFaultSite();
   let upstream: GatedUpstream | null = null;
-  let policyDir = '';
   let gw: FencegateProcess | null = null;
 
   beforeAll(async () => {
-    upstream = await startGatedUpstream();
-    store = await openFaultStore('redis');
+    upstream = await site.startUpstream();
+    await site.openStore('redis');
     // The upstream timeout leaves room to kill the orphan's worker before it answers 504.
-    const policy = await ordersPolicy(upstream.url, { timeoutMs: 10_000, drainTimeoutMs: 3000 });
-    policyDir = policy.dir;
+    await site.ordersPolicy({ timeoutMs: 10_000, drainTimeoutMs: 3000 });
     // A fixed data port: replacements of dead workers share it whatever happens.
     const listen = `127.0.0.1:${await freePort()}`;
-    gw = await startFencegate([
-      ...store.args,
-      '--policies',
-      policy.file,
+    gw = await site.serve([
       '--workers',
       '2',
       '--listen',
@@ -224,13 +198,6 @@ describe('worker kill -9 mid-load (redis store, serve --workers 2)', () => {
       'off',
     ]);
   }, 90_000);
-
-  afterAll(async () => {
-    await gw?.kill();
-    await upstream?.close();
-    await store?.cleanup();
-    if (policyDir) await rm(policyDir, { recursive: true, force: true });
-  }, 60_000);
 
   const workerPid = (g: FencegateProcess, slot: number) =>
     g

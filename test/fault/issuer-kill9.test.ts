@@ -6,6 +6,7 @@
 import { rm } from 'node:fs/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startFencegate, tempDir, type FencegateProcess } from '../helpers/procs.js';
+import { sleep } from '../helpers/wait.js';
 
 let server: FencegateProcess | null = null;
 let dir = '';
@@ -51,7 +52,7 @@ describe('kill -9 on the embedded store', () => {
           acked.get(key)?.push(BigInt(a.json.token as string));
           await post(control, `/v1/locks/${key}/release`, { leaseId: a.json.leaseId });
         } catch {
-          await new Promise((r) => setTimeout(r, 20)); // server down: try again after the restart
+          await sleep(20); // server down: try again after the restart
         }
       }
     };
@@ -64,8 +65,8 @@ describe('kill -9 on the embedded store', () => {
       // Kill mid-load: once this round has acknowledged a few grants (bounded wait), at a random moment.
       const target = ackedCount() + 4;
       const until = Date.now() + 30_000;
-      while (ackedCount() < target && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
-      await new Promise((r) => setTimeout(r, Math.random() * 300));
+      while (ackedCount() < target && Date.now() < until) await sleep(20);
+      await sleep(Math.random() * 300);
       await server.kill('SIGKILL');
     }
     running = false;

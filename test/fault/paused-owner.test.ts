@@ -18,30 +18,26 @@
  */
 import { randomBytes } from 'node:crypto';
 import { rm } from 'node:fs/promises';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { FencegateClient } from '../../src/client/index.js';
 import { formatViolation, type ClientOperation, type GrantRecord } from '../checker/index.js';
-import { startFencegate, tempDir, type FencegateProcess } from '../helpers/procs.js';
+import { tempDir, type FencegateProcess } from '../helpers/procs.js';
 import { initKeyFile, writeKeyFile } from '../../src/sequencer/index.js';
 import { join } from 'node:path';
 import {
   checkRun,
   HistoryRecorder,
   opId,
-  openFaultStore,
   runWorkload,
   startChildClient,
-  startGatedUpstream,
-  writePolicy,
+  useFaultSite,
   type ChildClient,
-  type FaultStore,
   type GatedUpstream,
   type StoreKind,
 } from './harness/index.js';
+import { sleep } from '../helpers/wait.js';
 
 const KINDS: StoreKind[] = ['redis', 'postgres', 'embedded'];
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 /** The child's grants and write attempts, for the run's history. */
 function childRecords(child: ChildClient) {
   return {
@@ -51,17 +47,15 @@ function childRecords(child: ChildClient) {
 }
 
 describe.each(KINDS)('paused owner (%s store)', (kind) => {
-  let store: FaultStore | null = null;
+  const site = useFaultSite();
   let upstream: GatedUpstream | null = null;
   let gateway: FencegateProcess | null = null;
   let child: ChildClient | null = null;
-  let policyDir = '';
-  let keysDir = '';
 
   beforeAll(async () => {
-    upstream = await startGatedUpstream();
-    store = await openFaultStore(kind);
-    const policy = await writePolicy({ orders: { url: upstream.url, timeoutMs: 5000 } }, [
+    upstream = await site.startUpstream();
+    await site.openStore(kind);
+    await site.writePolicy({ orders: { url: upstream.url, timeoutMs: 5000 } }, [
       { name: 'order-writes', path: '/orders/:orderId', upstream: 'orders', lock: 'order:{orderId}' },
       {
         name: 'leased-writes',
@@ -78,25 +72,17 @@ describe.each(KINDS)('paused owner (%s store)', (kind) => {
         check: 'sequencer',
       },
     ]);
-    policyDir = policy.dir;
-    keysDir = await tempDir('fg-fault-keys-');
+    const keysDir = await tempDir('fg-fault-keys-');
+    site.defer(() => rm(keysDir, { recursive: true, force: true }));
     const keys = join(keysDir, 'sequencer-keys.json');
     await writeKeyFile(keys, initKeyFile(), { exclusive: true });
-    gateway = await startFencegate([...store.args, '--policies', policy.file, '--sequencer-keys', keys]);
+    gateway = await site.serve(['--sequencer-keys', keys]);
   }, 60_000);
 
   afterEach(async () => {
     await child?.kill();
     child = null;
   });
-
-  afterAll(async () => {
-    await gateway?.kill();
-    await upstream?.close();
-    await store?.cleanup();
-    if (policyDir) await rm(policyDir, { recursive: true, force: true });
-    if (keysDir) await rm(keysDir, { recursive: true, force: true });
-  }, 60_000);
 
   it('refuses the woken owner’s write with its old token; it is never applied', async () => {
     const gw = gateway as FencegateProcess;

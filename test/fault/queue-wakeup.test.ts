@@ -16,18 +16,12 @@
  * the lock is free and waiters are queued ahead, and is then granted.
  */
 import { randomBytes } from 'node:crypto';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startFencegate, type FencegateProcess } from '../helpers/procs.js';
-import {
-  openFaultStore,
-  startChildClient,
-  type ChildClient,
-  type FaultStore,
-  type StoreKind,
-} from './harness/index.js';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { FencegateProcess } from '../helpers/procs.js';
+import { startChildClient, useFaultSite, type ChildClient, type StoreKind } from './harness/index.js';
+import { waitUntil } from '../helpers/wait.js';
 
 const KINDS: StoreKind[] = ['redis', 'postgres', 'embedded'];
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** The promise: a waiter is granted within this long of the lease ahead of it expiring. */
 const WAKE_BOUND_MS = 1500;
 
@@ -57,23 +51,19 @@ async function inspect(base: string, lock: string): Promise<{ held: boolean; wai
   return (await res.json()) as { held: boolean; waiters: number };
 }
 
-async function until(cond: () => Promise<boolean>, what: string, timeoutMs = 20_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(25);
-  }
-}
+const until = (cond: () => Promise<boolean>, what: string, timeoutMs = 20_000): Promise<void> =>
+  waitUntil(what, cond, { timeoutMs, everyMs: 25 });
 
 describe.each(KINDS)('queue wake-up (%s store)', (kind) => {
-  let store: FaultStore | null = null;
+  const site = useFaultSite();
   let server: FencegateProcess | null = null;
   let second: FencegateProcess | null = null;
   const children: ChildClient[] = [];
 
   beforeAll(async () => {
-    store = await openFaultStore(kind);
-    server = await startFencegate([...store.args, '--policies', 'test/fixtures/empty-policy.yaml']);
+    await site.openStore(kind);
+    site.usePolicy('test/fixtures/empty-policy.yaml');
+    server = await site.serve();
   }, 120_000);
 
   afterEach(async () => {
@@ -81,11 +71,6 @@ describe.each(KINDS)('queue wake-up (%s store)', (kind) => {
     await second?.kill();
     second = null;
   });
-
-  afterAll(async () => {
-    await server?.kill();
-    await store?.cleanup();
-  }, 60_000);
 
   it('grants each waiter of a dead-holder chain in FIFO order, right after each expiry', async () => {
     const control = (server as FencegateProcess).control;
@@ -156,9 +141,8 @@ describe.each(KINDS)('queue wake-up (%s store)', (kind) => {
 
   // A second issuer process on the same store (for the embedded store: the same directory).
   it('an issuer killed with queued waiters stops blocking the lock within seconds', async () => {
-    const s = store as FaultStore;
     const control = (server as FencegateProcess).control;
-    second = await startFencegate([...s.args, '--policies', 'test/fixtures/empty-policy.yaml']);
+    second = await site.serve();
     const tag = randomBytes(3).toString('hex');
     const lock = `deadissuer:${tag}`;
     const path = `/v1/locks/${encodeURIComponent(lock)}/acquire`;

@@ -5,6 +5,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { startFencegate, startRedis, type FencegateProcess, type RedisProcess } from '../helpers/procs.js';
+import { sleep } from '../helpers/wait.js';
 
 let server: FencegateProcess | null = null;
 let redis: RedisProcess | null = null;
@@ -23,7 +24,7 @@ async function acquire(control: string, key: string, owner: string) {
       body: JSON.stringify({ owner, ttlMs: 200 }),
     }).catch(() => null);
     if (res?.status === 200) return (await res.json()) as { token: string; leaseId: string };
-    await new Promise((r) => setTimeout(r, 100)); // store reconnecting, or the old lease still live
+    await sleep(100); // store reconnecting, or the old lease still live
   }
   throw new Error(`could not acquire ${key}`);
 }

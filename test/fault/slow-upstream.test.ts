@@ -22,32 +22,22 @@
  * Each test's records go through the history checker. On Redis, Postgres and embedded.
  */
 import { randomBytes } from 'node:crypto';
-import { rm } from 'node:fs/promises';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { formatViolation } from '../checker/index.js';
-import { startFencegate, type FencegateProcess } from '../helpers/procs.js';
+import type { FencegateProcess } from '../helpers/procs.js';
 import {
   checkRun,
   HistoryRecorder,
   opId,
-  openFaultStore,
-  startGatedUpstream,
-  writePolicy,
-  type FaultStore,
+  useFaultSite,
   type GatedUpstream,
   type StoreKind,
 } from './harness/index.js';
+import { sleep, waitUntil } from '../helpers/wait.js';
 
 const KINDS: StoreKind[] = ['redis', 'postgres', 'embedded'];
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until(what: string, cond: () => boolean, timeoutMs = 30_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
-}
+const until = (what: string, cond: () => boolean, timeoutMs = 30_000): Promise<void> =>
+  waitUntil(what, cond, { timeoutMs, everyMs: 20 });
 
 /** fencegate_drain_wait_seconds_count{outcome} from the control listener's /metrics. */
 async function drainCount(control: string, outcome: string): Promise<number> {
@@ -60,16 +50,15 @@ async function drainCount(control: string, outcome: string): Promise<number> {
 }
 
 describe.each(KINDS)('slow and hung upstream (%s store)', (kind) => {
-  let store: FaultStore | null = null;
+  const site = useFaultSite();
   let upstream: GatedUpstream | null = null;
   let gateway: FencegateProcess | null = null;
-  let policyDir = '';
 
   beforeAll(async () => {
-    upstream = await startGatedUpstream();
-    store = await openFaultStore(kind);
+    upstream = await site.startUpstream();
+    await site.openStore(kind);
     const url = upstream.url;
-    const policy = await writePolicy(
+    await site.writePolicy(
       {
         patient: { url, timeoutMs: 8000 },
         impatient: { url, timeoutMs: 1000 },
@@ -109,8 +98,7 @@ describe.each(KINDS)('slow and hung upstream (%s store)', (kind) => {
         { name: 'breaker', path: '/breaker/orders/:orderId', upstream: 'fragile', lock: 'breaker:{orderId}' },
       ],
     );
-    policyDir = policy.dir;
-    gateway = await startFencegate([...store.args, '--policies', policy.file]);
+    gateway = await site.serve();
     // The tests take 300 ms leases: the first request of a fresh process and client (code
     // loaded and compiled on first use) must not be one of them on a loaded machine.
     const warm = await fetch(`${gateway.control}/v1/locks/warm-up/acquire`, {
@@ -119,13 +107,6 @@ describe.each(KINDS)('slow and hung upstream (%s store)', (kind) => {
       body: JSON.stringify({ owner: 'warm-up', ttlMs: 1000 }),
     });
     expect(warm.status).toBe(200);
-  }, 60_000);
-
-  afterAll(async () => {
-    await gateway?.kill();
-    await upstream?.close();
-    await store?.cleanup();
-    if (policyDir) await rm(policyDir, { recursive: true, force: true });
   }, 60_000);
 
   /**

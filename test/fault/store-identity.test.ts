@@ -27,52 +27,38 @@ import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { formatViolation } from '../checker/index.js';
-import { startFencegate, tempDir, type FencegateProcess } from '../helpers/procs.js';
+import { tempDir, type FencegateProcess } from '../helpers/procs.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import {
   checkRun,
   HistoryRecorder,
   opId,
   PG_URL,
-  startGatedUpstream,
-  writePolicy,
+  SESSION_TTL,
+  useFaultSite,
   type GatedUpstream,
   type WriteResult,
 } from './harness/index.js';
 import { startTcpProxy } from './lib/tcp-proxy.js';
-import { sleep, until } from './lib/workload.js';
+import { sleep } from '../helpers/wait.js';
+import { until } from './lib/workload.js';
 
 const run = promisify(execFile);
-const SESSION_TTL = ['--session-ttl-ms', '1500'];
 const BOUND_MS = 4000;
 const AOF_ALWAYS = ['--appendonly', 'yes', '--appendfsync', 'always'];
 
+const site = useFaultSite({ serveArgs: SESSION_TTL });
 let upstream: GatedUpstream;
-let policy = { dir: '', file: '' };
-const cleanups: (() => Promise<unknown>)[] = [];
 
 beforeAll(async () => {
-  upstream = await startGatedUpstream();
-  policy = await writePolicy(
-    { app: { url: upstream.url, timeoutMs: BOUND_MS, breaker: { volumeThreshold: 10_000 } } },
-    [{ name: 'docs', path: '/docs/orders/:id', upstream: 'app', lock: 'doc:{id}', drainTimeoutMs: 1500 }],
-  );
+  upstream = await site.startUpstream();
+  await site.docsPolicy(BOUND_MS);
 });
 
-afterAll(async () => {
-  for (const c of cleanups.reverse()) await c().catch(() => undefined);
-  await upstream?.close();
-  if (policy.dir) await rm(policy.dir, { recursive: true, force: true });
-}, 60_000);
-
-function serve(args: string[]): Promise<FencegateProcess> {
-  return startFencegate([...args, '--policies', policy.file, ...SESSION_TTL]).then((g) => {
-    cleanups.push(() => g.kill());
-    return g;
-  });
-}
+/** `fencegate serve` on the store `args` name, with the policy and SESSION_TTL; killed after all. */
+const serve = (args: string[]): Promise<FencegateProcess> => site.serve(args);
 
 class Scenario {
   readonly history = new HistoryRecorder();
@@ -138,8 +124,8 @@ describe('store identity and resets', () => {
     const dir = await tempDir('fg-identity-');
     const backup = `${dir}-backup`;
     await run('mkdir', ['-p', backup]);
-    cleanups.push(() => rm(dir, { recursive: true, force: true }));
-    cleanups.push(() => rm(backup, { recursive: true, force: true }));
+    site.defer(() => rm(dir, { recursive: true, force: true }));
+    site.defer(() => rm(backup, { recursive: true, force: true }));
     const store = join(dir, 'store');
     const s = new Scenario();
     const g1 = await serve(['--store', store]);
@@ -172,8 +158,8 @@ describe('store identity and resets', () => {
   it('2. postgres: a pg_dump taken earlier restored while serve runs', async () => {
     const schema = `fgident_${Math.random().toString(36).slice(2, 8)}`;
     const dumpDir = await tempDir('fg-pgdump-');
-    cleanups.push(() => rm(dumpDir, { recursive: true, force: true }));
-    cleanups.push(() => run('psql', [PG_URL, '-c', `DROP SCHEMA IF EXISTS "${schema}" CASCADE`]));
+    site.defer(() => rm(dumpDir, { recursive: true, force: true }));
+    site.defer(() => run('psql', [PG_URL, '-c', `DROP SCHEMA IF EXISTS "${schema}" CASCADE`]));
     const s = new Scenario();
     const g1 = await serve(['--store', PG_URL, '--store-namespace', schema]);
     const a = await s.grant(g1.control, 'a', 1000);
@@ -196,16 +182,16 @@ describe('store identity and resets', () => {
 
   it('3. redis: a replica promoted behind a stable endpoint without the last grant', async () => {
     const primary: RedisServer = await startRedisServer(AOF_ALWAYS);
-    cleanups.push(() => primary.stop());
+    site.defer(() => primary.stop());
     const replica: RedisServer = await startRedisServer([
       ...AOF_ALWAYS,
       '--replicaof',
       '127.0.0.1',
       String(primary.port),
     ]);
-    cleanups.push(() => replica.stop());
+    site.defer(() => replica.stop());
     const proxy = await startTcpProxy(primary.port);
-    cleanups.push(() => proxy.close());
+    site.defer(() => proxy.close());
     const s = new Scenario();
     const g = await serve(['--store', proxy.url('redis')]);
     const a = await s.grant(g.control, 'a', 1000);
@@ -213,7 +199,7 @@ describe('store identity and resets', () => {
     // The replica has A's grant, then stops following the primary (as a lagging replica would).
     const r = new Redis(replica.url, { lazyConnect: true });
     await r.connect();
-    cleanups.push(async () => r.disconnect());
+    site.defer(async () => r.disconnect());
     await until('replica in sync', async () => (await r.hget(`fg:{${s.lock}}:ctr`, 'issued')) === a);
     await r.replicaof('NO', 'ONE');
     await sleep(1100);
@@ -235,7 +221,7 @@ describe('store identity and resets', () => {
 
   it('4. redis: restarted without AOF from an older RDB, the store fails closed; with AOF again it recovers, nothing lost', async () => {
     const redis: RedisServer = await startRedisServer(AOF_ALWAYS);
-    cleanups.push(() => redis.stop());
+    site.defer(() => redis.stop());
     const s = new Scenario();
     const g = await serve(['--store', redis.url]);
     const r = new Redis(redis.url, { lazyConnect: true });
@@ -274,7 +260,7 @@ describe('store identity and resets', () => {
 
   it('5. redis: FLUSHALL while a write sits at its upstream; the next owner waits for it', async () => {
     const redis: RedisServer = await startRedisServer(AOF_ALWAYS);
-    cleanups.push(() => redis.stop());
+    site.defer(() => redis.stop());
     const s = new Scenario();
     const g1 = await serve(['--store', redis.url]);
     const g2 = await serve(['--store', redis.url]);

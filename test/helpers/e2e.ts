@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { expect } from 'vitest';
 import type { AppliedWrite } from '../../src/sample/index.js';
-import { sleep } from './wait.js';
+import { sleep, waitUntil } from './wait.js';
 
 export const SHARED_REDIS = 'redis://127.0.0.1:6379';
 export const SHARED_POSTGRES = 'postgres://postgres@127.0.0.1:5432/test';
@@ -253,17 +253,12 @@ export async function metricValue(
 }
 
 /** Polls `check` until it returns true; fails with `what` after `timeoutMs`. */
-export async function waitFor(
+export function waitFor(
   what: string,
   check: () => boolean | Promise<boolean>,
   timeoutMs = 20_000,
 ): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(25);
-  }
+  return waitUntil(what, check, { timeoutMs, everyMs: 25 });
 }
 
 /** The client request ids (X-Request-Id) the upstream applied, in order. */

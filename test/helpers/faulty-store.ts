@@ -8,6 +8,7 @@
  */
 import { StoreUnavailableError } from '../../src/errors.js';
 import type { AdmitRequest, AdmitResult, Store } from '../../src/store/types.js';
+import { sleep } from './wait.js';
 
 export interface FaultyStore extends Store {
   down: boolean;
@@ -40,7 +41,7 @@ export function faultyStore(inner: Store): FaultyStore {
     while (!entries.every((id) => finishes.has(id))) {
       if (Date.now() > end)
         throw new Error(`entries never finished: ${entries.filter((id) => !finishes.has(id)).join(', ')}`);
-      await new Promise((r) => setTimeout(r, 5));
+      await sleep(5);
     }
   };
   const proxy = new Proxy(inner, {
@@ -63,7 +64,7 @@ export function faultyStore(inner: Store): FaultyStore {
           finishes.set(id, (finishes.get(id) ?? 0) + 1);
           if (!finishedAt.has(id)) finishedAt.set(id, Date.now());
         }
-        if (control.delayMs > 0) await new Promise((r) => setTimeout(r, control.delayMs));
+        if (control.delayMs > 0) await sleep(control.delayMs);
         if (control.down || failing.has(String(prop)))
           throw new StoreUnavailableError(`injected: store down (${String(prop)})`);
         const result = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);

@@ -11,6 +11,7 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from './redis-server.js';
+import { sleep } from './wait.js';
 
 export interface PgBouncer {
   /** postgres://…@127.0.0.1:<port>/test through the pooler. */
@@ -58,7 +59,7 @@ export async function startPgBouncer(
   while (!(await listening(port))) {
     if (proc.exitCode !== null) throw new Error(`pgbouncer exited: ${log}`);
     if (Date.now() > end) throw new Error(`pgbouncer did not listen on ${port}: ${log}`);
-    await new Promise((r) => setTimeout(r, 50));
+    await sleep(50);
   }
   return {
     url: `postgres://fencegate@127.0.0.1:${port}/${options.database ?? 'test'}`,

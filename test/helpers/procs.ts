@@ -9,13 +9,12 @@ import { tmpdir } from 'node:os';
 import { freePort, startRedisServer, type RedisServer } from './redis-server.js';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { sleep } from './wait.js';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 export const BIN = join(ROOT, 'bin', 'fencegate.js');
 
 export { freePort };
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export interface RedisProcess extends RedisServer {
   /** Kill and start again on the same port and directory (data kept only if persistence was on). */

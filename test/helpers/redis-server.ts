@@ -8,6 +8,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { sleep } from './wait.js';
 
 export async function freePort(): Promise<number> {
   const srv = createServer();
@@ -83,7 +84,7 @@ export async function startRedisServer(extraArgs: string[] = []): Promise<RedisS
       while (!out.includes('Ready to accept connections')) {
         if (p.exitCode !== null) throw new Error(`redis-server exited: ${out}`);
         if (Date.now() > end) throw new Error(`redis-server did not start: ${out}`);
-        await new Promise((r) => setTimeout(r, 20));
+        await sleep(20);
       }
     },
     pause() {

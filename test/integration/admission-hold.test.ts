@@ -16,18 +16,12 @@ import {
   type TestUpstream,
 } from '../helpers/gateway-harness.js';
 import { closeSharedStores, GATEWAY_STORES, type OpenedStore } from '../helpers/gateway-stores.js';
+import { sleep, waitUntil } from '../helpers/wait.js';
 
 afterAll(closeSharedStores);
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until(check: () => boolean | Promise<boolean>, ms = 10_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error('condition not reached');
-    await sleep(5);
-  }
-}
+const until = (check: () => boolean | Promise<boolean>, ms = 10_000): Promise<void> =>
+  waitUntil('condition', check, { timeoutMs: ms, everyMs: 5, message: 'condition not reached' });
 
 const put = (gw: TestGateway, path: string, token: bigint) =>
   send(gw, 'PUT', path, { 'fencing-token': String(token) }, 'x');

@@ -14,6 +14,7 @@ import { createMetrics } from '../../src/observe/metrics.js';
 import { openRedisStore } from '../../src/store/redis/store.js';
 import type { Store } from '../../src/store/types.js';
 import { startRedis, type RedisProcess } from '../helpers/procs.js';
+import { sleep } from '../helpers/wait.js';
 
 const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
@@ -51,7 +52,7 @@ describe('client', () => {
     // A TTL long enough that renewals still land in time on a loaded machine (the lock is
     // judged lost as soon as a renewal is late: fail closed), and a wait of several TTLs.
     const lock = await fg.acquire('job:1', { owner: 'w1', ttlMs: 1500 });
-    await new Promise((r) => setTimeout(r, 4000));
+    await sleep(4000);
     expect(lock.lost).toBe(false);
     const status = await fg.inspect('job:1');
     expect(status).toMatchObject({ held: true, owner: 'w1', token: lock.fencingToken });
@@ -78,7 +79,7 @@ describe('client', () => {
     const { url } = await serve();
     const fg = new FencegateClient({ url });
     const lock = await fg.acquire('job:3', { owner: 'w1', ttlMs: 600, autoRenew: false, safetyMarginMs: 0 });
-    await new Promise((r) => setTimeout(r, 700));
+    await sleep(700);
     const other = await fg.acquire('job:3', { owner: 'w2', ttlMs: 5000 });
     await expect(lock.renew()).rejects.toBeInstanceOf(LeaseLostError);
     expect(lock.lost).toBe(true);

@@ -16,6 +16,7 @@ import { StoreUnavailableError } from '../../src/errors.js';
 import { openEmbeddedStore } from '../../src/store/lmdb/store.js';
 import type { Store } from '../../src/store/types.js';
 import { seedEmbeddedIssued } from '../helpers/embedded-seed.js';
+import { sleep } from '../helpers/wait.js';
 
 const BUILT = fileURLToPath(new URL('../../dist/store/lmdb/store.js', import.meta.url));
 const cleanups: (() => Promise<void>)[] = [];
@@ -59,7 +60,7 @@ describe('embedded store', { timeout: 90_000 }, () => {
 
     // b waits for the release that a makes.
     const released = nextWake(b, 'k');
-    await new Promise((r) => setTimeout(r, 10)); // let the watch register
+    await sleep(10); // let the watch register
     expect(await a.release('k', g1.lease.leaseId)).toEqual({ ok: true });
     await released;
     const g2 = await b.tryAcquire({ key: 'k', owner: 'o2', ttlMs: 60_000 });

@@ -17,8 +17,7 @@ import { pgKindFixture, PG_URL, type PgKindFixture } from '../helpers/pg-kind.js
 import { openSse } from '../helpers/sse.js';
 import { startRedisServerWith, type TestServer } from '../helpers/running-server.js';
 import { STORE_FIXTURES, type Harness } from '../helpers/stores.js';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { sleep } from '../helpers/wait.js';
 
 interface Lease {
   key: string;

@@ -9,8 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { EventLog, type EventInput, type FenceEvent } from '../../src/observe/events.js';
 import eventsRoutes from '../../src/control/events-routes.js';
 import { openSse } from '../helpers/sse.js';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { sleep } from '../helpers/wait.js';
 
 function input(i: number, pathBytes = 16): EventInput {
   return {

@@ -19,8 +19,7 @@ import {
 } from '../helpers/gateway-harness.js';
 import { MemoryStore } from '../helpers/memory-store.js';
 import { SMALL_BODY_BYTES } from '../../src/gateway/fence.js';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { sleep } from '../helpers/wait.js';
 
 function policy(upstreamUrl: string): string {
   return `version: 1

@@ -25,6 +25,7 @@ import type { KindRuntimes } from '../../src/gateway/runtimes.js';
 import { createMetrics } from '../../src/observe/metrics.js';
 import type { PolicyHolder } from '../../src/policy/index.js';
 import { MemoryStore } from '../helpers/memory-store.js';
+import { sleep } from '../helpers/wait.js';
 
 const started: { close(): Promise<void> }[] = [];
 
@@ -53,12 +54,12 @@ describe('the data plane', () => {
     socket.on('data', (d: Buffer) => (received += d.toString('latin1')));
     const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
     socket.write('GET /orders/slow HTTP/1.1\r\nHost: x\r\n\r\n');
-    while (hold.release === null) await new Promise((r) => setTimeout(r, 5));
+    while (hold.release === null) await sleep(5);
 
     const closing = gateway.app.close();
-    while (gateway.app.server.listening) await new Promise((r) => setTimeout(r, 5));
+    while (gateway.app.server.listening) await sleep(5);
     socket.write('GET /orders/2 HTTP/1.1\r\nHost: x\r\n\r\n');
-    await new Promise((r) => setTimeout(r, 50));
+    await sleep(50);
     hold.release();
     await closed;
     await closing;

@@ -11,10 +11,9 @@ import {
   type UpstreamHandler,
 } from '../helpers/gateway-harness.js';
 import { closeSharedStores, GATEWAY_STORES, type OpenedStore } from '../helpers/gateway-stores.js';
+import { sleep, waitUntil } from '../helpers/wait.js';
 
 afterAll(closeSharedStores);
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Echo, after ?delay=N ms. */
 const slow: UpstreamHandler = async (req, res) => {
@@ -34,13 +33,8 @@ async function put(gw: TestGateway, path: string, token: bigint, signal?: AbortS
   return { status: res.statusCode, headers: res.headers, text, at: Date.now() };
 }
 
-async function until(check: () => boolean | Promise<boolean>, ms = 5000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error('condition not reached');
-    await sleep(5);
-  }
-}
+const until = (check: () => boolean | Promise<boolean>, ms = 5000): Promise<void> =>
+  waitUntil('condition', check, { timeoutMs: ms, everyMs: 5, message: 'condition not reached' });
 
 async function inflight(store: FaultyStore, lock: string, below = 1n << 62n): Promise<number> {
   return (await store.lowerInflight(lock, below)).count;

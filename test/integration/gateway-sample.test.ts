@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSampleUpstream, type AppliedWrite, type SampleUpstream } from '../../src/sample/index.js';
 import { mint, startGateway, type TestGateway } from '../helpers/gateway-harness.js';
 import { MemoryStore } from '../helpers/memory-store.js';
+import { sleep } from '../helpers/wait.js';
 
 async function json(url: string, init: Parameters<typeof request>[1] = {}) {
   const res = await request(url, init);
@@ -75,7 +76,7 @@ describe('sample upstream behind the gateway with policies/orders.yaml', () => {
       headers: { 'fencing-token': String(a.token) },
       body: '"a"',
     });
-    await new Promise((r) => setTimeout(r, 50));
+    await sleep(50);
     const second = json(`${gw.url}/orders/slow`, {
       method: 'PUT',
       headers: { 'fencing-token': String(b.token) },

@@ -36,6 +36,7 @@ import {
   type TestUpstream,
 } from '../helpers/gateway-harness.js';
 import { closeSharedStores, GATEWAY_STORES, type OpenedStore } from '../helpers/gateway-stores.js';
+import { sleep } from '../helpers/wait.js';
 
 afterAll(closeSharedStores);
 
@@ -305,8 +306,7 @@ describe.each(GATEWAY_STORES)('sequencer routes on $name store', (factory) => {
 
     const short = await acquire(orderId, 'w1', 100);
     const key = encodeURIComponent(short.key);
-    while ((await api('GET', `/v1/locks/${key}`)).body.held === true)
-      await new Promise((r) => setTimeout(r, 25));
+    while ((await api('GET', `/v1/locks/${key}`)).body.held === true) await sleep(25);
     const expired = await put(orderId, { 'fencing-sequencer': short.sequencer });
     expect(expired.status).toBe(403);
     expect(expired.body.detail).toMatch(/expired/);

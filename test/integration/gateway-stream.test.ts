@@ -13,6 +13,7 @@ import {
   type TestUpstream,
 } from '../helpers/gateway-harness.js';
 import { MemoryStore } from '../helpers/memory-store.js';
+import { sleep } from '../helpers/wait.js';
 
 const MB = 1024 * 1024;
 
@@ -108,7 +109,7 @@ describe('gateway streams bodies', () => {
       for await (const chunk of res.body) {
         received += (chunk as Buffer).length;
         // Slower than the upstream: without flow control the gateway would hold the difference.
-        if (++chunks % 4 === 0) await new Promise((r) => setTimeout(r, 2));
+        if (++chunks % 4 === 0) await sleep(2);
       }
       expect(received).toBe(total);
       // Holding the answer would retain up to 200 MB; flow control keeps a few socket buffers.
@@ -178,7 +179,7 @@ describe('gateway streams bodies', () => {
     try {
       async function* trickle() {
         for (let i = 0; i < 8; i++) {
-          await new Promise((r) => setTimeout(r, 100));
+          await sleep(100);
           yield Buffer.from('abc');
         }
       }

@@ -9,6 +9,7 @@ import { Issuer } from '../../src/issuer/service.js';
 import { EventLog } from '../../src/observe/events.js';
 import { createMetrics } from '../../src/observe/metrics.js';
 import { STORE_FIXTURES, type Harness } from '../helpers/stores.js';
+import { sleep } from '../helpers/wait.js';
 
 const fixture = STORE_FIXTURES.find((f) => f.name === 'redis')!;
 let h: Harness;
@@ -95,7 +96,7 @@ describe('issuer API', () => {
   it('waits in the queue when waitMs > 0 and gets the lock on release', async () => {
     const a = (await post('/v1/locks/q1/acquire', { owner: 'a' })).json();
     const waiting = post('/v1/locks/q1/acquire', { owner: 'b', waitMs: 5000 });
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
     await post('/v1/locks/q1/release', { leaseId: a.leaseId });
     const b = await waiting;
     expect(b.statusCode).toBe(200);

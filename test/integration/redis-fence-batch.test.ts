@@ -16,6 +16,7 @@ import { concurrentRounds, setUp } from '../helpers/fence-model.js';
 import { openTestRedisStore, type OpenedRedisStore } from '../helpers/redis-fixture.js';
 import { redisCall } from '../helpers/redis-seed.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { sleep } from '../helpers/wait.js';
 
 /** Redis drops an ended session's entries lazily: its admissions still count them. */
 const RULES = { endedSessionsCount: true };
@@ -101,7 +102,7 @@ describe('fence batches: one script call per turn (private redis-server)', () =>
     });
     try {
       await run();
-      await new Promise((r) => setTimeout(r, 200));
+      await sleep(200);
     } finally {
       monitor.disconnect();
       client.disconnect();

@@ -9,8 +9,7 @@ import { StoreUnavailableError } from '../../src/errors.js';
 import type { Store } from '../../src/store/types.js';
 import { openTestRedisStore, type OpenedRedisStore } from '../helpers/redis-fixture.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { sleep } from '../helpers/wait.js';
 
 let server: RedisServer;
 let t: OpenedRedisStore;

@@ -10,8 +10,7 @@ import { openRedisStore } from '../../src/store/redis/store.js';
 import type { Lease, Store } from '../../src/store/types.js';
 import { openTestRedisStore, type OpenedRedisStore } from '../helpers/redis-fixture.js';
 import { dropRedisPrefix, redisCall, redisKeysUnder } from '../helpers/redis-seed.js';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { sleep, waitUntil } from '../helpers/wait.js';
 
 let t: OpenedRedisStore;
 let store: Store;
@@ -286,10 +285,5 @@ describe('watch', () => {
   });
 });
 
-async function waitFor(cond: () => boolean | Promise<boolean>, timeoutMs = 3000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error('timed out');
-    await sleep(10);
-  }
-}
+const waitFor = (cond: () => boolean | Promise<boolean>, timeoutMs = 3000): Promise<void> =>
+  waitUntil('condition', cond, { timeoutMs, everyMs: 10, message: 'timed out' });

@@ -12,6 +12,7 @@ import { MAX_TOKEN } from '../../src/tokens.js';
 import { dropSchema, PG_URL, randomSchema, sleep, withPgClient } from '../helpers/sql-fixtures.js';
 import { seedPostgresIssued } from '../helpers/sql-seed.js';
 import { freePort } from '../helpers/procs.js';
+import { waitUntil } from '../helpers/wait.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -33,13 +34,8 @@ async function openMany(n: number): Promise<{ schema: string; stores: Store[] }>
   return { schema, stores };
 }
 
-async function until(cond: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(10);
-  }
-}
+const until = (cond: () => boolean, what: string, timeoutMs = 5000): Promise<void> =>
+  waitUntil(what, cond, { timeoutMs, everyMs: 10 });
 
 describe('Postgres store', () => {
   it('creates its schema once when several processes open it at the same time', async () => {

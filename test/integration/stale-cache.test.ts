@@ -29,6 +29,7 @@ import {
 } from '../helpers/gateway-harness.js';
 import { closeSharedStores, GATEWAY_STORES, type OpenedStore } from '../helpers/gateway-stores.js';
 import { loadRoutes } from '../helpers/policy-routes.js';
+import { sleep } from '../helpers/wait.js';
 
 afterAll(closeSharedStores);
 
@@ -260,8 +261,7 @@ describe.each(GATEWAY_STORES.filter((f) => f.name === 'redis' || f.name === 'emb
       });
       // b's entry is finished once its admission hold closes (docs/adr/0016-admission-holds.md).
       const start = Date.now();
-      while (calls.finish < calls.admit && Date.now() - start < 5000)
-        await new Promise((r) => setTimeout(r, 5));
+      while (calls.finish < calls.admit && Date.now() - start < 5000) await sleep(5);
       expect(calls).toEqual({ admit: 1, finish: 1 });
       const before = { ...calls };
       const N = 200;

@@ -9,8 +9,7 @@ import { createMetrics } from '../../src/observe/metrics.js';
 import { GRANT_HISTORY, type Lease, type Store } from '../../src/store/types.js';
 import { MAX_TOKEN } from '../../src/tokens.js';
 import { STORE_FIXTURES, type Harness } from '../helpers/stores.js';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { sleep, waitUntil } from '../helpers/wait.js';
 
 async function grant(store: Store, key: string, owner = 'w', ttlMs = 10_000): Promise<Lease> {
   const r = await store.tryAcquire({ key, owner, ttlMs });
@@ -18,13 +17,8 @@ async function grant(store: Store, key: string, owner = 'w', ttlMs = 10_000): Pr
   return r.lease;
 }
 
-async function until(cond: () => Promise<boolean>, what: string, timeoutMs = 5000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(10);
-  }
-}
+const until = (cond: () => Promise<boolean>, what: string, timeoutMs = 5000): Promise<void> =>
+  waitUntil(what, cond, { timeoutMs, everyMs: 10 });
 
 describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
   let h: Harness;

@@ -2,8 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { EventLog, type EventInput, type FenceEvent } from '../../src/observe/events.js';
 import { OwnerLookup } from '../../src/observe/owners.js';
 import type { GrantRecord } from '../../src/store/types.js';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+import { sleep, waitUntil } from '../helpers/wait.js';
 
 function input(over: Partial<EventInput> = {}): EventInput {
   return {
@@ -23,13 +22,8 @@ function input(over: Partial<EventInput> = {}): EventInput {
   };
 }
 
-async function until(cond: () => boolean, what: string, ms = 2000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(5);
-  }
-}
+const until = (cond: () => boolean, what: string, ms = 2000): Promise<void> =>
+  waitUntil(what, cond, { timeoutMs: ms, everyMs: 5 });
 
 describe('EventLog', () => {
   it('keeps at most its capacity under 25,000 events, with ids 1, 2, 3… and the newest kept', () => {

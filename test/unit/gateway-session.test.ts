@@ -10,10 +10,9 @@ import { GatewaySessions, SessionLease } from '../../src/gateway/session.js';
 import { createMetrics } from '../../src/observe/metrics.js';
 import { faultyStore } from '../helpers/faulty-store.js';
 import { MemoryStore } from '../helpers/memory-store.js';
+import { sleep } from '../helpers/wait.js';
 
 const log = { warn: () => undefined };
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 async function eventually(what: string, cond: () => boolean | Promise<boolean>): Promise<void> {
   for (let i = 0; i < 250; i++) {
     if (await cond()) return;

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { PolicyHolder, type ReloadResult } from '../../src/policies.js';
+import { sleep } from '../helpers/wait.js';
 
 const VALID = 'test/fixtures/policies/valid';
 
@@ -86,10 +87,10 @@ describe('PolicyHolder', () => {
     const results: ReloadResult[] = [];
     holder.watch((r) => results.push(r), { debounceMs: 30 });
     await writeFile(join(dir, 'other.yaml'), 'version: 1\n');
-    await new Promise((r) => setTimeout(r, 200));
+    await sleep(200);
     expect(results).toEqual([]);
     await writeFile(file, 'version: 1\nbogus: true\n');
-    await new Promise((r) => setTimeout(r, 300));
+    await sleep(300);
     expect(results.length).toBeGreaterThanOrEqual(1);
     expect(results.at(-1)?.ok).toBe(false);
     expect(holder.current.routes.length).toBe(3);
@@ -143,7 +144,7 @@ describe('PolicyHolder', () => {
     for (const f of ['10-upstreams.yaml', '20-routes.yaml']) await copyFile(join(source, f), join(dir, f));
     expect((await holder.reload()).ok).toBe(true);
     await writeFile(join(dir, '30-more.yaml'), 'version: 1\n');
-    await new Promise((r) => setTimeout(r, 300));
+    await sleep(300);
     expect(results).toEqual([]);
   });
 

@@ -30,3 +30,14 @@ export {
 export { runWorkload, type Endpoint, type WorkloadOptions, type WorkloadStats } from './workload.js';
 export { startGatedUpstream, type GatedUpstream, type UpstreamEvent } from './upstream.js';
 export { ChildClient, startChildClient } from './child.js';
+export {
+  expectRunClean,
+  FaultSite,
+  newRun,
+  SESSION_TTL,
+  useFaultSite,
+  writeUntilForwarded,
+  type FaultSiteOptions,
+  type Run,
+  type SiteGateway,
+} from './site.js';

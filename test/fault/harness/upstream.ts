@@ -17,6 +17,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { OrderBook } from '../../../src/sample/orders.js';
+import { sleep } from '../../helpers/wait.js';
 
 export type UpstreamEvent =
   | {
@@ -87,7 +88,7 @@ export async function startGatedUpstream(): Promise<GatedUpstream> {
       if (!g.open) await new Promise<void>((r) => g.waiters.push(r));
     }
     const delayMs = Math.min(60_000, Math.max(0, Number(url.searchParams.get('delayMs') ?? 0) || 0));
-    if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs));
+    if (delayMs > 0) await sleep(delayMs);
     let body: unknown = raw.toString('utf8');
     try {
       body = JSON.parse(body as string);

@@ -9,6 +9,7 @@
  * gateway's fence — not the client — has to keep the stale write out.
  */
 import { HistoryRecorder, opId } from './history.js';
+import { sleep } from '../../helpers/wait.js';
 
 export interface Endpoint {
   control: string;
@@ -52,8 +53,6 @@ export interface WorkloadStats {
   grants: number;
   pauses: number;
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export async function runWorkload(history: HistoryRecorder, opts: WorkloadOptions): Promise<WorkloadStats> {
   const stats: WorkloadStats = { attempts: 0, acknowledged: 0, refused: 0, other: 0, grants: 0, pauses: 0 };

@@ -6,6 +6,7 @@
  */
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { WebSocket } from 'undici';
+import { sleep } from '../../helpers/wait.js';
 
 /** The pids whose parent is `pid` (a `serve --workers N` primary's workers). */
 export function childPids(pid: number): number[] {
@@ -94,7 +95,7 @@ export async function blockEventLoop(
     }
     if (url === undefined) {
       if (Date.now() > end) throw new Error(`the inspector of ${pid} did not open on ${inspectPort}`);
-      await new Promise((r) => setTimeout(r, 50));
+      await sleep(50);
     }
   }
   const ws = new WebSocket(url);

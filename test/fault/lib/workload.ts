@@ -15,8 +15,9 @@ import { startSampleUpstream, type SampleUpstream } from '../../../src/sample/in
 import { appliedFromSample, checkHistory, formatViolation } from '../../checker/index.js';
 import type { CheckResult, ClientOperation, GrantRecord } from '../../checker/index.js';
 import { tempDir } from '../../helpers/procs.js';
+import { sleep } from '../../helpers/wait.js';
 
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+export { sleep };
 
 export interface Site {
   upstream: SampleUpstream;
