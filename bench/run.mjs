@@ -44,7 +44,7 @@
  * --only runs some rows and prints them without writing bench/RESULTS.md. Groups: direct,
  * embedded (its unfenced and fenced rows), postgres, redis (fenced and unfenced on the Redis
  * process), stale, sequencer, workers, latency (also measures the fenced Redis row: the second
- * rate is half of it; stale and workers do too, for their ratios), soak, pgkind. The bare proxy
+ * rate is half of it; stale and workers do too, for their ratios), soak, pgkind, lockmem (gateway RSS after 10k and 200k distinct locks). The bare proxy
  * is always measured (every ratio's reference).
  *
  * Env: BENCH_SECONDS (saturation runs, default 10), BENCH_LATENCY_SECONDS (each latency
@@ -67,6 +67,7 @@ import bareProxy from './rows/bare-proxy.mjs';
 import direct from './rows/direct.mjs';
 import embedded from './rows/embedded.mjs';
 import latency from './rows/latency.mjs';
+import lockMemory from './rows/lock-memory.mjs';
 import pgKind from './rows/pg-kind.mjs';
 import postgres from './rows/postgres.mjs';
 import redisFenced from './rows/redis-fenced.mjs';
@@ -95,7 +96,7 @@ const ROWS = [
   soak,
 ];
 /** Rows run after the shared gateways and the bare proxy have stopped. */
-const LATE_ROWS = [pgKind];
+const LATE_ROWS = [pgKind, lockMemory];
 
 const GROUPS = [
   'direct',
@@ -108,6 +109,7 @@ const GROUPS = [
   'latency',
   'soak',
   'pgkind',
+  'lockmem',
 ];
 const { values: opt } = parseArgs({ options: { only: { type: 'string' } } });
 const ONLY = opt.only === undefined ? null : new Set(opt.only.split(','));
