@@ -38,7 +38,7 @@ export const PROBLEMS = {
   'constraint-violation': { status: 409, title: 'The write violates a constraint of the table' },
   'bucket-write': { status: 400, title: 'A write to the bucket itself is not fenced by this route' },
   'delete-objects-invalid': { status: 400, title: 'The DeleteObjects body cannot be checked key by key' },
-  'request-unfenceable': { status: 400, title: 'This S3 request cannot be fenced as sent' },
+  'request-unfenceable': { status: 400, title: 'This write cannot be fenced as sent' },
   'virtual-host-refused': {
     status: 400,
     title: 'The Host may name a bucket (virtual-hosted style) that the policy does not place',

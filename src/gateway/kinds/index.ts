@@ -1,7 +1,8 @@
 /**
  * The registry of downstream kinds: one line per kind. See ./types.ts for what a kind
  * is, and docs/adr/0006-downstream-kinds.md for what it must do to keep the promises.
- * The policy compiler gets this registry from the composition root (src/policies.ts).
+ * The policy compiler gets this registry from the composition root (src/serve.ts passes it to
+ * PolicyHolder.openFor; src/policies.ts binds it for `fencegate check` and tests).
  */
 import { httpKind } from './http/index.js';
 import { postgresKind } from './postgres/index.js';

@@ -2,7 +2,7 @@
  * Group commit for the gateway's fence operations on the SQL stores. Admissions and
  * finishes that arrive while the previous batches are still running (or within the
  * same event-loop turn, when none is) are sent together as ONE statement
- * (fences.ts runFenceBatch → schema.sql fence_batch_v1): one round trip and one
+ * (fences.ts runFenceBatch → schema.sql fence_batch_v2): one round trip and one
  * commit, so one WAL flush, for all of them, instead of a transaction of five round
  * trips per admission and a commit per finish.
  *
