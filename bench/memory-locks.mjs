@@ -16,12 +16,12 @@
  * the signal at each reading, and the snapshots land in the gateway's working directory).
  */
 import { once } from 'node:events';
-import { createServer } from 'node:http';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Pool } from 'undici';
+import { createBenchUpstream } from './upstream.mjs';
 import { durableRedisArgs, freePort, LISTENING, REDIS_READY, serveArgs, spawnUntil } from './lib.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -37,16 +37,9 @@ async function rssParts(pid) {
   return { anon: await rssMiB(pid, 'RssAnon'), file: await rssMiB(pid, 'RssFile') };
 }
 
-/** An upstream in this process: reads the body, answers 200. */
+/** The benchmarks' upstream (bench/upstream.mjs), in this process. */
 async function upstream() {
-  const server = createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': '11' });
-      res.end('{"ok":true}');
-    });
-  });
-  server.keepAliveTimeout = 60_000;
+  const server = createBenchUpstream();
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
   return { server, url: `http://127.0.0.1:${server.address().port}` };
