@@ -43,6 +43,7 @@ import { ClusterIdentity, IdentityChanged } from './identity.js';
 import { recordKey, type RecordKey, type TableName } from './keys.js';
 import { FIRST_RANGE, type RangeAsk, type Snapshot } from './snapshot.js';
 import { parseEtcdSpec } from './spec.js';
+import { KeyQueue } from './serial.js';
 import { TxnRunner } from './txn.js';
 import { WakeWatch } from './watch.js';
 
@@ -67,6 +68,7 @@ export class EtcdStore implements Store {
   /** Runs the epoch raise itself: its answers verify the identity instead of checking it. */
   private readonly raiser: TxnRunner;
   private readonly wakes: WakeWatch;
+  private readonly queue = new KeyQueue();
   private lastHeader: IResponseHeader | null = null;
   private closing: Promise<void> | null = null;
 
@@ -153,6 +155,15 @@ export class EtcdStore implements Store {
     }
   }
 
+  /** A write on one lock's (or session's) records: queued behind this process's others on it (serial.ts). */
+  private write<R>(
+    on: string,
+    keys: readonly string[],
+    rule: (snap: Snapshot, now: number) => Outcome<R>,
+  ): Promise<R> {
+    return this.queue.run(on, () => this.run(keys, rule));
+  }
+
   private async raiseForIdentity(reason: string): Promise<void> {
     const epoch = await this.raiser.run([this.key('meta', 'epoch')], (snap) =>
       raiseEpoch(snap, nowMs(), this.lastHeader?.cluster_id ?? null, this.resets.highest),
@@ -182,7 +193,7 @@ export class EtcdStore implements Store {
   async tryAcquire(req: AcquireRequest): Promise<AcquireResult> {
     const keys = this.lockKeys(req.key);
     if (req.requestId !== undefined) keys.push(this.key('grants', [req.key, req.requestId, req.owner]));
-    const r = await this.run(keys, (snap, now) => {
+    const r = await this.write(`l:${req.key}`, keys, (snap, now) => {
       const out = locks.tryAcquire(snap, req, now);
       this.noteEpoch(snap);
       return out;
@@ -192,14 +203,14 @@ export class EtcdStore implements Store {
   }
 
   renew(key: string, leaseId: string, ttlMs: number): Promise<RenewResult> {
-    return this.run(this.lockKeys(key), (snap, now) => ({
+    return this.write(`l:${key}`, this.lockKeys(key), (snap, now) => ({
       result: locks.renew(snap, key, leaseId, ttlMs, now),
       notify: [],
     }));
   }
 
   release(key: string, leaseId: string): Promise<ReleaseResult> {
-    return this.run([this.key('locks', key)], (snap) => locks.release(snap, key, leaseId));
+    return this.write(`l:${key}`, [this.key('locks', key)], (snap) => locks.release(snap, key, leaseId));
   }
 
   inspect(key: string): Promise<LockState | null> {
@@ -210,14 +221,16 @@ export class EtcdStore implements Store {
   }
 
   enqueueWaiter(key: string, waiterId: string, waitMs: number): Promise<void> {
-    return this.run(this.lockKeys(key), (snap, now) => ({
+    return this.write(`l:${key}`, this.lockKeys(key), (snap, now) => ({
       result: locks.enqueueWaiter(snap, key, waiterId, waitMs, now),
       notify: [],
     }));
   }
 
   removeWaiter(key: string, waiterId: string): Promise<void> {
-    return this.run([this.key('waiters', key)], (snap) => locks.removeWaiter(snap, key, waiterId));
+    return this.write(`l:${key}`, [this.key('waiters', key)], (snap) =>
+      locks.removeWaiter(snap, key, waiterId),
+    );
   }
 
   listLocks(query: ListLocksQuery): Promise<LockPage> {
@@ -252,7 +265,7 @@ export class EtcdStore implements Store {
 
   async admit(req: AdmitRequest): Promise<AdmitResult> {
     const keys = [this.key('meta', 'epoch'), this.key('locks', req.lock), this.key('inflight', req.lock)];
-    const r = await this.run(keys, (snap, now) => {
+    const r = await this.write(`l:${req.lock}`, keys, (snap, now) => {
       const result = req.record === false ? fences.judgeOnly(snap, req, now) : fences.admit(snap, req, now);
       this.noteEpoch(snap);
       return { result, notify: [] };
@@ -262,11 +275,15 @@ export class EtcdStore implements Store {
   }
 
   finish(lock: string, requestId: string): Promise<void> {
-    return this.run([this.key('inflight', lock)], (snap) => fences.finish(snap, lock, requestId));
+    return this.write(`l:${lock}`, [this.key('inflight', lock)], (snap) =>
+      fences.finish(snap, lock, requestId),
+    );
   }
 
   deliver(lock: string, requestId: string, boundMs: number): Promise<boolean> {
-    return this.run([this.key('inflight', lock)], (snap) => fences.deliver(snap, lock, requestId, boundMs));
+    return this.write(`l:${lock}`, [this.key('inflight', lock)], (snap) =>
+      fences.deliver(snap, lock, requestId, boundMs),
+    );
   }
 
   lowerInflight(lock: string, token: FencingToken): Promise<InflightState> {
@@ -278,21 +295,21 @@ export class EtcdStore implements Store {
 
   dropInflight(lock: string, sessions: readonly string[], maxBoundMs: number): Promise<void> {
     if (sessions.length === 0) return Promise.resolve();
-    return this.run([this.key('inflight', lock)], (snap) =>
+    return this.write(`l:${lock}`, [this.key('inflight', lock)], (snap) =>
       fences.dropInflight(snap, lock, sessions, maxBoundMs),
     );
   }
 
   openSession(id: string, ttlMs: number): Promise<void> {
     fences.checkSessionId(id);
-    return this.run([this.key('sessions', id)], (snap, now) => ({
+    return this.write(`s:${id}`, [this.key('sessions', id)], (snap, now) => ({
       result: fences.openSession(snap, id, ttlMs, now),
       notify: [],
     }));
   }
 
   beatSession(id: string): Promise<BeatResult> {
-    return this.run([this.key('sessions', id)], (snap, now) => ({
+    return this.write(`s:${id}`, [this.key('sessions', id)], (snap, now) => ({
       result: fences.beatSession(snap, id, now),
       notify: [],
     }));
@@ -304,7 +321,7 @@ export class EtcdStore implements Store {
   }
 
   endSession(id: string, ifBeat: number | null): Promise<boolean> {
-    return this.run([this.key('sessions', id)], (snap) => fences.endSession(snap, id, ifBeat));
+    return this.write(`s:${id}`, [this.key('sessions', id)], (snap) => fences.endSession(snap, id, ifBeat));
   }
 
   // ---- notifications ----
