@@ -82,7 +82,9 @@ describe('config', () => {
     // An etcd store names every member with its client port, and nothing else.
     expect(() => resolveConfig({ flags: { store: 'etcd://h' } })).toThrow(/--store: .*"h" is not host:port/);
     expect(() => resolveConfig({ flags: { store: 'etcd://a:1,,b:2' } })).toThrow(/"" is not host:port/);
-    expect(() => resolveConfig({ flags: { store: 'etcd://h:2379/x' } })).toThrow(/no path, query or fragment/);
+    expect(() => resolveConfig({ flags: { store: 'etcd://h:2379/x' } })).toThrow(
+      /no path, query or fragment/,
+    );
     expect(() => resolveConfig({ flags: { store: 'mysql://root:secret@h/db' } })).toThrow(/\*\*\*/);
   });
 
