@@ -8,7 +8,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from './redis-server.js';
@@ -36,6 +36,11 @@ export interface EtcdCluster {
   resume(member: EtcdMember): void;
   /** Start a killed member again on its ports and data directory (it rejoins). */
   start(member: EtcdMember): Promise<void>;
+  /**
+   * Kill every member, empty their data directories and start a new cluster on the same
+   * ports: all of etcd's state gone under running clients (its revision starts again).
+   */
+  wipe(): Promise<void>;
   /** Kill every member and remove their directories. */
   stop(): void;
 }
@@ -147,6 +152,15 @@ export async function startEtcdCluster(size = 3): Promise<EtcdCluster> {
     async start(m) {
       spawnMember(m, members, 'existing');
       await ready([m]);
+    },
+    async wipe() {
+      for (const m of members) await cluster.kill(m);
+      for (const m of members) {
+        rmSync(m.dir, { recursive: true, force: true });
+        mkdirSync(m.dir);
+      }
+      for (const m of members) spawnMember(m, members, 'new');
+      await ready(members);
     },
     stop,
   };
