@@ -125,10 +125,12 @@ export class EtcdStore implements Store {
       );
     }
     if (this.lastHeader !== null) this.identity.verified(this.lastHeader);
+    let last: Snapshot | null = null;
     await this.run([this.key('meta', 'epoch')], (snap) => {
-      this.noteEpoch(snap, false);
+      last = snap;
       return { result: undefined, notify: [] };
     });
+    this.noteEpoch(last);
   }
 
   /**
@@ -172,9 +174,12 @@ export class EtcdStore implements Store {
     this.resets.epoch(epoch.id, BigInt(epoch.floor), reason);
   }
 
-  /** Notes the epoch an operation read (another one than this process knew is a reset). */
-  private noteEpoch(snap: Snapshot, required = true): void {
-    const e = required || snap.reads.has(this.key('meta', 'epoch')) ? readEpoch(snap) : undefined;
+  /**
+   * Notes the epoch an operation read (another one than this process knew is a reset), from
+   * the snapshot of its last run: the one that committed, never a run on stale records.
+   */
+  private noteEpoch(snap: Snapshot | null): void {
+    const e = snap === null ? undefined : readEpoch(snap);
     if (e !== undefined)
       this.resets.epoch(e.id, BigInt(e.floor), 'the epoch changed (bumped, or the store was restored)');
   }
@@ -193,11 +198,12 @@ export class EtcdStore implements Store {
   async tryAcquire(req: AcquireRequest): Promise<AcquireResult> {
     const keys = this.lockKeys(req.key);
     if (req.requestId !== undefined) keys.push(this.key('grants', [req.key, req.requestId, req.owner]));
+    let last: Snapshot | null = null;
     const r = await this.write(`l:${req.key}`, keys, (snap, now) => {
-      const out = locks.tryAcquire(snap, req, now);
-      this.noteEpoch(snap);
-      return out;
+      last = snap;
+      return locks.tryAcquire(snap, req, now);
     });
+    this.noteEpoch(last);
     if (r.ok) this.resets.saw(r.lease.token);
     return r;
   }
@@ -265,11 +271,13 @@ export class EtcdStore implements Store {
 
   async admit(req: AdmitRequest): Promise<AdmitResult> {
     const keys = [this.key('meta', 'epoch'), this.key('locks', req.lock), this.key('inflight', req.lock)];
+    let last: Snapshot | null = null;
     const r = await this.write(`l:${req.lock}`, keys, (snap, now) => {
+      last = snap;
       const result = req.record === false ? fences.judgeOnly(snap, req, now) : fences.admit(snap, req, now);
-      this.noteEpoch(snap);
       return { result, notify: [] };
     });
+    this.noteEpoch(last);
     if (r.ok) this.resets.saw(r.highest);
     return r;
   }

@@ -1,6 +1,7 @@
 /**
- * Runs a record rule as one optimistic etcd transaction: load what it reads (one etcd
- * txn of range reads, every one at the same revision), run it on a Snapshot, then commit
+ * Runs a record rule as one optimistic etcd transaction: take what it reads from the
+ * records this process last saw (cache.ts), load the rest (one etcd txn of range reads,
+ * every one at the same revision), run it on a Snapshot, then commit
  * its writes in a txn whose compares say "every record I read is still at the revision I
  * read it at" (mod_revision equal; 0 for a record that was absent). A commit that finds
  * anything changed writes nothing, and the rule runs again on fresh reads. The wake keys
@@ -12,6 +13,7 @@
  */
 import { CompareResult, CompareTarget, type IRequestOp, type IResponseHeader, type KVClient } from 'etcd3';
 import type { Outcome } from '../lmdb/locks.js';
+import { RecordCache } from './cache.js';
 import { prefixEnd, tablePrefix, wakeKey } from './keys.js';
 import { Missing, rangeId, Snapshot, type RangeAsk } from './snapshot.js';
 
@@ -28,6 +30,8 @@ export interface HeaderCheck {
 const CALM_AFTER = 3;
 
 export class TxnRunner {
+  private readonly cache = new RecordCache();
+
   constructor(
     private readonly kv: KVClient,
     private readonly ns: string,
@@ -48,6 +52,14 @@ export class TxnRunner {
     const ranges = new Map(firstRanges.map((r) => [rangeId(r.table, r.start), r]));
     for (let attempt = 1; ; attempt++) {
       const snap = new Snapshot(this.ns);
+      let cached = false;
+      for (const k of wanted) {
+        const read = this.cache.get(k);
+        if (read !== undefined) {
+          snap.reads.set(k, read);
+          cached = true;
+        }
+      }
       await this.load(snap, [...wanted], [...ranges.values()]);
       let out: Outcome<R>;
       for (;;) {
@@ -62,7 +74,7 @@ export class TxnRunner {
           await this.load(snap, err.keys, err.ranges);
         }
       }
-      if (await this.commit(snap, out.notify)) return out.result;
+      if (await this.commit(snap, out.notify, cached)) return out.result;
       if (attempt >= CALM_AFTER) await new Promise((r) => setTimeout(r, Math.random() * 2 * attempt));
     }
   }
@@ -89,10 +101,9 @@ export class TxnRunner {
     snap.revision ??= res.header.revision;
     todo.forEach((k, i) => {
       const kv = res.responses[i]?.response_range.kvs[0];
-      snap.reads.set(
-        k,
-        kv === undefined ? { value: null, mod: '0' } : { value: kv.value, mod: kv.mod_revision },
-      );
+      const read = kv === undefined ? { value: null, mod: '0' } : { value: kv.value, mod: kv.mod_revision };
+      snap.reads.set(k, read);
+      this.cache.set(k, read);
     });
     ranges.forEach((r, i) => {
       const got = res.responses[todo.length + i]?.response_range;
@@ -106,9 +117,14 @@ export class TxnRunner {
     });
   }
 
-  /** True when it committed, or had nothing to commit. */
-  private async commit(snap: Snapshot, notify: readonly string[]): Promise<boolean> {
-    if (snap.writes.size === 0 && notify.length === 0) return true;
+  /**
+   * True when it committed, or had nothing to commit. A rule that wrote nothing but read a
+   * cached record commits nothing either: its compares alone check that what it read is
+   * current (its answer is then one linearizable read). A failed commit reads every record
+   * it compared, in its failure branch, into the cache for the next attempt.
+   */
+  private async commit(snap: Snapshot, notify: readonly string[], cached: boolean): Promise<boolean> {
+    if (snap.writes.size === 0 && notify.length === 0 && !cached) return true;
     const success: IRequestOp[] = [];
     for (const [key, value] of snap.writes) {
       success.push(
@@ -118,17 +134,34 @@ export class TxnRunner {
       );
     }
     const stamp = Buffer.from(snap.revision ?? '');
-    for (const lock of new Set(notify))
+    for (const lock of new Set(notify)) {
       success.push({ request_put: { key: Buffer.from(wakeKey(this.ns, lock)), value: stamp } });
-    const compare = [...snap.reads].map(([key, read]) => ({
+    }
+    const compared = [...snap.reads];
+    const compare = compared.map(([key, read]) => ({
       key: Buffer.from(key),
       target: CompareTarget.Mod,
       result: CompareResult.Equal,
       mod_revision: read.mod,
     }));
+    const failure = compared.map(([key]) => ({ request_range: { key: Buffer.from(key) } }));
     const sentAt = this.onHeader.sent();
-    const res = await this.kv.txn({ compare, success });
+    const res = await this.kv.txn({ compare, success, failure });
     this.onHeader.check(res.header, sentAt);
-    return res.succeeded;
+    if (res.succeeded) {
+      // Every record it wrote now has the txn's revision.
+      for (const [key, value] of snap.writes) {
+        this.cache.set(key, value === null ? { value: null, mod: '0' } : { value, mod: res.header.revision });
+      }
+      return true;
+    }
+    compared.forEach(([key], i) => {
+      const kv = res.responses[i]?.response_range.kvs[0];
+      this.cache.set(
+        key,
+        kv === undefined ? { value: null, mod: '0' } : { value: kv.value, mod: kv.mod_revision },
+      );
+    });
+    return false;
   }
 }
