@@ -7,6 +7,7 @@ import { Etcd3 } from 'etcd3';
 import type { LockRec } from '../../src/store/lmdb/db.js';
 import { recordKey } from '../../src/store/etcd/keys.js';
 import { parseEtcdSpec } from '../../src/store/etcd/spec.js';
+import { seededLock } from './embedded-seed.js';
 
 export async function seedEtcdIssued(spec: string, ns: string, key: string, token: bigint): Promise<void> {
   const parsed = parseEtcdSpec(spec);
@@ -15,19 +16,7 @@ export async function seedEtcdIssued(spec: string, ns: string, key: string, toke
   try {
     const at = recordKey(ns, 'locks', key);
     const raw = await client.get(at).string();
-    const old = raw === null ? undefined : (JSON.parse(raw) as LockRec);
-    const floor = old === undefined ? 0n : BigInt(old.floor) < token ? BigInt(old.floor) : token - 1n;
-    const rec: LockRec = {
-      floor: floor.toString(),
-      issued: token.toString(),
-      highest: old?.highest ?? null,
-      shadowHighest: old?.shadowHighest ?? null,
-      leaseId: old?.leaseId ?? null,
-      owner: old?.owner ?? null,
-      token: old?.token ?? null,
-      ttlMs: old?.ttlMs ?? null,
-      expiresAt: old?.expiresAt ?? null,
-    };
+    const rec = seededLock(raw === null ? undefined : (JSON.parse(raw) as LockRec), token);
     await client.put(at).value(JSON.stringify(rec));
   } finally {
     client.close();
