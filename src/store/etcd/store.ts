@@ -82,7 +82,7 @@ export class EtcdStore implements Store {
       check: (h, sentAt) => this.identity.check(h, sentAt),
     });
     this.raiser = new TxnRunner(client.kv, ns, { sent: () => 0n, check: (h) => (this.lastHeader = h) });
-    this.wakes = new WakeWatch(client, ns);
+    this.wakes = new WakeWatch(client, ns, CALL_TIMEOUT_MS);
   }
 
   static async open(spec: string, opts: StoreOptions = {}): Promise<EtcdStore> {

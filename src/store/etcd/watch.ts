@@ -22,6 +22,8 @@ export class WakeWatch {
   constructor(
     private readonly client: Etcd3,
     private readonly ns: string,
+    /** How long a new watch may take to be confirmed before watch() fails. */
+    private readonly timeoutMs: number,
   ) {}
 
   /** Resolves once etcd confirmed the watch; the returned function unsubscribes. */
@@ -48,7 +50,19 @@ export class WakeWatch {
       );
     }
     w.listeners.add(entry);
-    await w.watcher;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no watch within ${this.timeoutMs} ms`)), this.timeoutMs);
+    });
+    try {
+      await Promise.race([w.watcher, late]);
+    } catch (err) {
+      // etcd unreachable or without a leader: fail, as every other call does, instead of waiting on.
+      this.unwatch(lock, entry);
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
     return () => this.unwatch(lock, entry);
   }
 
