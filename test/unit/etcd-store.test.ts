@@ -1,5 +1,6 @@
 /** The etcd store's pure parts: the --store spec and the identity check (docs/adr/0020-etcd-store.md). */
 import { describe, expect, it } from 'vitest';
+import { CommitBatcher } from '../../src/store/etcd/batch.js';
 import { ClusterIdentity, IdentityChanged } from '../../src/store/etcd/identity.js';
 import { prefixEnd } from '../../src/store/etcd/keys.js';
 import { parseEtcdSpec } from '../../src/store/etcd/spec.js';
@@ -53,5 +54,50 @@ describe('etcd identity check', () => {
   });
   it('prefixEnd is the first key after a prefix', () => {
     expect(prefixEnd('ns/locks/').toString()).toBe('ns/locks0');
+  });
+});
+
+describe('etcd commit batches', () => {
+  type Req = import('etcd3').ITxnRequest;
+  const header = { cluster_id: 'c', member_id: 'm', revision: '7', raft_term: '1' };
+  function fakeKv() {
+    const sent: Req[] = [];
+    const kv = {
+      txn: (req: Req) => {
+        sent.push(req);
+        const nested = (req.success ?? []).filter((op) => op.request_txn !== undefined);
+        const responses = nested.map((op, i) => ({
+          response_txn: { header, succeeded: i % 2 === 0, responses: [], marker: op },
+        }));
+        return Promise.resolve({ header, succeeded: true, responses });
+      },
+    };
+    return { kv: kv as unknown as import('etcd3').KVClient, sent };
+  }
+  const op = (key: string): Req => ({ success: [{ request_put: { key: Buffer.from(key) } }] });
+
+  it("sends one turn's commits as nested txns of one, each answered on its own", async () => {
+    const { kv, sent } = fakeKv();
+    const b = new CommitBatcher(kv);
+    const replies = await Promise.all([b.commit(op('a'), new Set(['a'])), b.commit(op('b'), new Set(['b']))]);
+    expect(sent).toHaveLength(1);
+    expect(sent[0]?.success?.map((o) => o.request_txn?.success?.[0]?.request_put?.key?.toString())).toEqual([
+      'a',
+      'b',
+    ]);
+    expect(replies.map((r) => r.succeeded)).toEqual([true, false]);
+  });
+
+  it('puts a commit that writes a key another one of the turn writes into the next turn (etcd refuses a key put twice)', async () => {
+    const { kv, sent } = fakeKv();
+    const b = new CommitBatcher(kv);
+    await Promise.all([
+      b.commit(op('a'), new Set(['a', 'w'])),
+      b.commit(op('b'), new Set(['b', 'w'])),
+      b.commit(op('c'), new Set(['c'])),
+    ]);
+    expect(sent).toHaveLength(2);
+    expect(sent[0]?.success).toHaveLength(2); // a and c
+    expect(sent[1]?.success?.[0]?.request_put?.key?.toString()).toBe('b'); // alone: sent as it is
   });
 });

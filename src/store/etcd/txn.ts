@@ -13,6 +13,7 @@
  */
 import { CompareResult, CompareTarget, type IRequestOp, type IResponseHeader, type KVClient } from 'etcd3';
 import type { Outcome } from '../lmdb/locks.js';
+import { CommitBatcher } from './batch.js';
 import { RecordCache } from './cache.js';
 import { prefixEnd, tablePrefix, wakeKey } from './keys.js';
 import { Missing, rangeId, Snapshot, type RangeAsk } from './snapshot.js';
@@ -31,12 +32,15 @@ const CALM_AFTER = 3;
 
 export class TxnRunner {
   private readonly cache = new RecordCache();
+  private readonly batch: CommitBatcher;
 
   constructor(
     private readonly kv: KVClient,
     private readonly ns: string,
     private readonly onHeader: HeaderCheck,
-  ) {}
+  ) {
+    this.batch = new CommitBatcher(kv);
+  }
 
   /**
    * Runs `rule` until it commits (or, when it wrote nothing, until it ran on one
@@ -145,8 +149,10 @@ export class TxnRunner {
       mod_revision: read.mod,
     }));
     const failure = compared.map(([key]) => ({ request_range: { key: Buffer.from(key) } }));
+    const writes = new Set(snap.writes.keys());
+    for (const lock of notify) writes.add(wakeKey(this.ns, lock));
     const sentAt = this.onHeader.sent();
-    const res = await this.kv.txn({ compare, success, failure });
+    const res = await this.batch.commit({ compare, success, failure }, writes);
     this.onHeader.check(res.header, sentAt);
     if (res.succeeded) {
       // Every record it wrote now has the txn's revision.
