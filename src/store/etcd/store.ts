@@ -17,6 +17,7 @@ import type { FencingToken } from '../../tokens.js';
 import type { Outcome } from '../lmdb/locks.js';
 import * as fences from '../lmdb/fences.js';
 import * as locks from '../lmdb/locks.js';
+import { storeFailure } from '../failure.js';
 import { namespaceProblem } from '../namespace.js';
 import { ResetWatch } from '../reset.js';
 import type {
@@ -53,12 +54,6 @@ const CALL_TIMEOUT_MS = 5000;
 
 /** The store clock: this process's clock (see the file comment). */
 const nowMs = (): number => Date.now();
-
-function failure(err: unknown, what: string): StoreUnavailableError {
-  if (err instanceof StoreUnavailableError) return err;
-  const why = err instanceof Error ? err.message.split('\n')[0] : String(err);
-  return new StoreUnavailableError(`${what}: ${why}`, { cause: err });
-}
 
 export class EtcdStore implements Store {
   readonly kind = 'etcd' as const;
@@ -103,7 +98,7 @@ export class EtcdStore implements Store {
       await store.init(opts.mustExist === true);
     } catch (err) {
       await store.close().catch(() => undefined);
-      throw failure(err, `cannot open the etcd store (${where}, namespace "${ns}")`);
+      throw storeFailure(err, `cannot open the etcd store (${where}, namespace "${ns}")`);
     }
     return store;
   }
@@ -152,7 +147,7 @@ export class EtcdStore implements Store {
       } catch (err) {
         if (err instanceof IdentityChanged) continue;
         if (err instanceof RangeError) throw err;
-        throw failure(err, this.where);
+        throw storeFailure(err, this.where);
       }
     }
   }
@@ -339,7 +334,7 @@ export class EtcdStore implements Store {
     try {
       return await this.wakes.watch(key, listener);
     } catch (err) {
-      throw failure(err, `${this.where}: cannot watch`);
+      throw storeFailure(err, `${this.where}: cannot watch`);
     }
   }
 
