@@ -129,7 +129,14 @@ export async function startEtcdCluster(size = 3): Promise<EtcdCluster> {
       rmSync(m.dir, { recursive: true, force: true });
     }
   };
+  // Members are not children that die with the test process: stop them however it ends.
   process.once('exit', stop);
+  for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) {
+    process.once(signal, () => {
+      stop();
+      process.exit(128 + (signal === 'SIGINT' ? 2 : signal === 'SIGTERM' ? 15 : 1));
+    });
+  }
   for (const m of members) spawnMember(m, members, 'new');
   await ready(members);
   const cluster: EtcdCluster = {
