@@ -44,3 +44,12 @@ it('fails every call, watch() included, while no member answers, and recovers af
   const off = await s.watch('k2', () => undefined);
   off();
 }, 90_000);
+
+it('health names the cluster, its leader and the members that answered', async () => {
+  cluster = await startEtcdCluster();
+  store = await openEtcdStore(cluster.spec, { namespace: 'hl' });
+  const h = await store.health();
+  expect(h).toMatchObject({ ok: true, kind: 'etcd' });
+  expect(h.detail).toMatch(/cluster [0-9a-f]+, leader [0-9a-f]+, raft term \d+, members answered [0-9a-f]+/);
+  expect(h.epoch?.floor).toBeGreaterThan(0n);
+}, 60_000);

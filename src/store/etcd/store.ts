@@ -372,7 +372,7 @@ export class EtcdStore implements Store {
         kind: this.kind,
         detail:
           `${this.where} (cluster ${s.header.cluster_id}, leader ${s.leader}, raft term ${s.raftTerm}, ` +
-          `etcd ${s.version}), namespace "${this.ns}"`,
+          `members answered ${[...this.identity.members].join(',')}, etcd ${s.version}), namespace "${this.ns}"`,
         epoch: e === undefined ? null : { id: e.id, floor: BigInt(e.floor) },
       };
     } catch (err) {
