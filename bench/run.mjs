@@ -42,7 +42,8 @@
  * section of its own in the report goes in bench/report.mjs, read from ctx.r.
  *
  * --only runs some rows and prints them without writing bench/RESULTS.md. Groups: direct,
- * embedded (its unfenced and fenced rows), postgres, redis (fenced and unfenced on the Redis
+ * embedded (its unfenced and fenced rows), postgres, etcd (a 3-member cluster: fenced, fenced with
+ * every write asking the store, and two gateway processes at once against one), redis (fenced and unfenced on the Redis
  * process), stale, sequencer, workers, latency (also measures the fenced Redis row: the second
  * rate is half of it; stale and workers do too, for their ratios), soak, pgkind, lockmem (gateway RSS after 10k and 200k distinct locks). The bare proxy
  * is always measured (every ratio's reference).
@@ -66,6 +67,7 @@ import { report } from './report.mjs';
 import bareProxy from './rows/bare-proxy.mjs';
 import direct from './rows/direct.mjs';
 import embedded from './rows/embedded.mjs';
+import etcd from './rows/etcd.mjs';
 import latency from './rows/latency.mjs';
 import lockMemory from './rows/lock-memory.mjs';
 import pgKind from './rows/pg-kind.mjs';
@@ -85,6 +87,7 @@ const ROWS = [
   bareProxy,
   embedded,
   postgres,
+  etcd,
   redisProcess,
   redisFenced,
   redisUnfenced,
@@ -102,6 +105,7 @@ const GROUPS = [
   'direct',
   'embedded',
   'postgres',
+  'etcd',
   'redis',
   'stale',
   'sequencer',

@@ -18,7 +18,7 @@ export interface HostPort {
 
 /** What each type of setting holds once parsed (src/config.ts parses them). */
 interface KindValue {
-  /** A store: a directory, postgres://… or redis://… (a known scheme). */
+  /** A store: a directory, postgres://…, redis://… or etcd://… (a known scheme). */
   store: string;
   /** A non-empty string, mostly a file or directory. */
   path: string;
@@ -75,7 +75,7 @@ export const SETTINGS = {
     type: 'store',
     default: './.fencegate',
     defaultText: './.fencegate, embedded',
-    arg: 'DIR|postgres://…|redis://…',
+    arg: 'DIR|postgres://…|redis://…|etcd://…',
     help: 'lock and fence store',
   },
   storeNamespace: {
@@ -85,7 +85,7 @@ export const SETTINGS = {
     default: null,
     defaultText: 'fg / fencegate',
     arg: 'NAME',
-    help: 'Redis key prefix / Postgres schema; lets several deployments share one server',
+    help: 'Redis key prefix / Postgres schema / etcd key prefix; lets several deployments share one server',
   },
   listen: {
     flag: '--listen',

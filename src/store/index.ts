@@ -1,21 +1,23 @@
 /**
  * Opens the store named by a --store value: `redis://…`/`rediss://…`, `postgres://…`/
- * `postgresql://…`, or a plain directory path for the embedded store. Anything that
- * looks like another scheme (`etcd://…`, `redis+cluster://…`, a typo) is refused:
+ * `postgresql://…`, `etcd://host:port,…`, or a plain directory path for the embedded
+ * store. Anything that looks like another scheme (`redis+cluster://…`, a typo) is refused:
  * read as a directory, it would silently give each gateway a fence of its own.
  */
+import { parseEtcdSpec } from './etcd/spec.js';
 import { sslParamsProblem } from './sql/pg-ssl.js';
 import type { Store, StoreOptions } from './types.js';
 
 export type { Store, StoreOptions } from './types.js';
 
-export const STORE_SCHEMES = ['redis://', 'rediss://', 'postgres://', 'postgresql://'] as const;
+export const STORE_SCHEMES = ['redis://', 'rediss://', 'postgres://', 'postgresql://', 'etcd://'] as const;
 
 /** A URL scheme at the start (`name:`), as opposed to a path. */
 const SCHEME = /^[A-Za-z][A-Za-z0-9+.-]*:/;
 
-export function storeKindOf(spec: string): 'redis' | 'postgres' | 'embedded' | null {
+export function storeKindOf(spec: string): 'redis' | 'postgres' | 'etcd' | 'embedded' | null {
   if (/^rediss?:\/\//i.test(spec)) return 'redis';
+  if (/^etcd:\/\//i.test(spec)) return 'etcd';
   if (/^postgres(ql)?:\/\//i.test(spec)) return 'postgres';
   if (SCHEME.test(spec)) return null;
   return 'embedded';
@@ -28,6 +30,10 @@ export function checkStoreSpec(spec: string): string | null {
   if (kind === 'postgres') {
     const ssl = sslParamsProblem(spec);
     return ssl === null ? null : `"${redactStoreSpec(spec)}": ${ssl}`;
+  }
+  if (kind === 'etcd') {
+    const etcd = parseEtcdSpec(spec);
+    return typeof etcd === 'string' ? `"${redactStoreSpec(spec)}": ${etcd}` : null;
   }
   if (kind !== null) return null;
   const scheme = SCHEME.exec(spec)?.[0] ?? '';
@@ -48,6 +54,10 @@ export async function openStore(spec: string, options: StoreOptions = {}): Promi
     case 'postgres': {
       const { openPostgresStore } = await import('./sql/store.js');
       return openPostgresStore(spec, options);
+    }
+    case 'etcd': {
+      const { openEtcdStore } = await import('./etcd/store.js');
+      return openEtcdStore(spec, options);
     }
     case 'embedded': {
       const { openEmbeddedStore } = await import('./lmdb/store.js');

@@ -1,5 +1,5 @@
 /**
- * The one interface every backend (embedded, Postgres, Redis) implements for locks
+ * The one interface every backend (embedded, Postgres, Redis, etcd) implements for locks
  * and fences. Expected outcomes (held, lost, stale…) are results, never exceptions;
  * a method throws only when the backend itself fails, and then it throws
  * StoreUnavailableError (src/errors.ts).
@@ -259,7 +259,7 @@ export interface StoreHealth {
   epoch: { id: string; floor: FencingToken } | null;
 }
 
-export type StoreKind = 'embedded' | 'postgres' | 'redis';
+export type StoreKind = 'embedded' | 'postgres' | 'redis' | 'etcd';
 
 export interface Store {
   readonly kind: StoreKind;

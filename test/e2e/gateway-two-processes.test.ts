@@ -1,6 +1,6 @@
 /**
  * Two `fencegate serve` processes sharing one store (a private durable redis-server,
- * and the shared Postgres in a schema of its own), in front of one slow sample
+ * the shared Postgres in a schema of its own, a private 3-member etcd cluster), in front of one slow sample
  * upstream. The fence and the drain barrier live in the store, so the ordering
  * promise holds across processes:
  *   (a) a lower-token write in flight through gateway 1 is not overtaken by a
@@ -28,6 +28,7 @@ import {
   waitFor,
   startFencegate,
 } from '../helpers/e2e.js';
+import { startEtcdCluster } from '../helpers/etcd-cluster.js';
 import { startRedis, tempDir, type FencegateProcess, type RedisProcess } from '../helpers/procs.js';
 
 /** How long the sample upstream holds the lower-token write before applying it. */
@@ -53,6 +54,16 @@ const backends: Backend[] = [
       return {
         args: ['--store', SHARED_POSTGRES, '--store-namespace', schema],
         cleanup: () => dropPostgresSchema(schema),
+      };
+    },
+  },
+  {
+    name: 'etcd',
+    async setup() {
+      const cluster = await startEtcdCluster();
+      return {
+        args: ['--store', cluster.spec, '--store-namespace', randomNamespace()],
+        cleanup: async () => cluster.stop(),
       };
     },
   },

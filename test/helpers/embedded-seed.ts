@@ -21,21 +21,29 @@ export async function seedEmbeddedIssued(
   const t = openTables(join(dir, DATA_FILE), namespace);
   try {
     await t.root.transaction(() => {
-      const old = t.locks.get(key);
-      const floor = old === undefined ? 0n : BigInt(old.floor) < token ? BigInt(old.floor) : token - 1n;
-      const rec: LockRec = {
-        floor: floor.toString(),
-        issued: token.toString(),
-        highest: old?.highest ?? null,
-        leaseId: old?.leaseId ?? null,
-        owner: old?.owner ?? null,
-        token: old?.token ?? null,
-        ttlMs: old?.ttlMs ?? null,
-        expiresAt: old?.expiresAt ?? null,
-      };
-      t.locks.put(key, rec);
+      t.locks.put(key, seededLock(t.locks.get(key), token));
     });
   } finally {
     await t.root.close();
   }
+}
+
+/**
+ * A lock record whose issued counter is `token`, the rest kept from `old` (the record as
+ * the embedded and etcd stores keep it): its floor kept, lowered below the token if need
+ * be, or 0 for a new record.
+ */
+export function seededLock(old: LockRec | undefined, token: bigint): LockRec {
+  const floor = old === undefined ? 0n : BigInt(old.floor) < token ? BigInt(old.floor) : token - 1n;
+  return {
+    floor: floor.toString(),
+    issued: token.toString(),
+    highest: old?.highest ?? null,
+    shadowHighest: old?.shadowHighest ?? null,
+    leaseId: old?.leaseId ?? null,
+    owner: old?.owner ?? null,
+    token: old?.token ?? null,
+    ttlMs: old?.ttlMs ?? null,
+    expiresAt: old?.expiresAt ?? null,
+  };
 }

@@ -1,11 +1,13 @@
 /**
  * The stores gateway integration tests run on: the in-memory reference store and
- * the real backends (Redis, embedded LMDB, Postgres). FENCEGATE_GATEWAY_STORES
+ * the real backends (Redis, embedded LMDB, Postgres, etcd on a private 3-member cluster
+ * started once per test file: etcd-cluster.ts). FENCEGATE_GATEWAY_STORES
  * selects (comma-separated; default: all). A selected store that cannot be opened fails
  * the tests; it is never skipped.
  */
 import { randomBytes } from 'node:crypto';
 import type { Store } from '../../src/store/types.js';
+import { sharedEtcdCluster } from './etcd-cluster.js';
 import { withKeyPrefix } from './key-prefix-store.js';
 import { MemoryStore } from './memory-store.js';
 import { openTestRedisStore } from './redis-fixture.js';
@@ -49,6 +51,23 @@ const ALL: GatewayStoreFactory[] = [
     },
   },
   { name: 'postgres', open: () => postgresFixture() },
+  {
+    name: 'etcd',
+    async open() {
+      const { openEtcdStore } = await import('../../src/store/etcd/store.js');
+      const { deleteEtcdNamespace } = await import('./etcd-seed.js');
+      const { spec } = await sharedEtcdCluster();
+      const ns = `t${randomBytes(6).toString('hex')}`;
+      const store = await openEtcdStore(spec, { namespace: ns });
+      return {
+        store,
+        async close() {
+          await store.close();
+          await deleteEtcdNamespace(spec, ns);
+        },
+      };
+    },
+  },
 ];
 
 const wanted = process.env.FENCEGATE_GATEWAY_STORES?.split(',').map((s) => s.trim());

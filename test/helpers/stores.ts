@@ -2,6 +2,7 @@
  * The stores every contract test runs on. Each harness gets a fresh namespace
  * (Redis key prefix, Postgres schema, embedded directory) and removes it after.
  * The URLs can be pointed elsewhere with FENCEGATE_TEST_REDIS / FENCEGATE_TEST_POSTGRES.
+ * etcd runs on a private 3-member cluster the test process starts (etcd-cluster.ts).
  */
 import { rm } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
@@ -23,7 +24,7 @@ export interface Harness {
 }
 
 export interface StoreFixture {
-  name: 'embedded' | 'postgres' | 'redis';
+  name: 'embedded' | 'postgres' | 'redis' | 'etcd';
   open(): Promise<Harness>;
 }
 
@@ -114,6 +115,29 @@ export const STORE_FIXTURES: StoreFixture[] = [
           for (const o of others) await o.close();
           await store.close();
           await deleteRedisPrefix(REDIS_URL, prefix);
+        },
+      };
+    },
+  },
+  {
+    name: 'etcd',
+    async open() {
+      const { openEtcdStore } = await import('../../src/store/etcd/store.js');
+      const { seedEtcdIssued, deleteEtcdNamespace } = await import('./etcd-seed.js');
+      const { sharedEtcdCluster } = await import('./etcd-cluster.js');
+      const { spec } = await sharedEtcdCluster();
+      const ns = uniqueName('fgt');
+      const open = () => openEtcdStore(spec, { namespace: ns });
+      const store = await open();
+      const others: Store[] = [];
+      return {
+        store,
+        seedIssued: (key, token) => seedEtcdIssued(spec, ns, key, token),
+        another: async () => others[others.push(await open()) - 1]!,
+        async close() {
+          for (const o of others) await o.close();
+          await store.close();
+          await deleteEtcdNamespace(spec, ns);
         },
       };
     },

@@ -64,6 +64,8 @@ describe('config', () => {
       'rediss://h:6380/0',
       'postgres://u@h/db',
       'postgresql://h/db',
+      'etcd://h:2379',
+      'etcd://10.0.0.1:2379,10.0.0.2:2379,[::1]:2379',
       './data',
       '/var/lib/fencegate',
       'data',
@@ -71,11 +73,17 @@ describe('config', () => {
     ]) {
       expect(resolveConfig({ flags: { store } }).store).toBe(store);
     }
-    for (const store of ['etcd://h:2379', 'redis+cluster://a:1,b:2', 'Redis:/x', 'file:data', 'c:foo']) {
+    for (const store of ['etcds://h:2379', 'redis+cluster://a:1,b:2', 'Redis:/x', 'file:data', 'c:foo']) {
       expect(() => resolveConfig({ flags: { store } })).toThrow(/--store: .*unknown store scheme/);
     }
-    expect(() => resolveConfig({ env: { FENCEGATE_STORE: 'etcd://h' } })).toThrow(
-      /environment FENCEGATE_STORE: .*unknown store scheme "etcd:"/,
+    expect(() => resolveConfig({ env: { FENCEGATE_STORE: 'etcds://h' } })).toThrow(
+      /environment FENCEGATE_STORE: .*unknown store scheme "etcds:"/,
+    );
+    // An etcd store names every member with its client port, and nothing else.
+    expect(() => resolveConfig({ flags: { store: 'etcd://h' } })).toThrow(/--store: .*"h" is not host:port/);
+    expect(() => resolveConfig({ flags: { store: 'etcd://a:1,,b:2' } })).toThrow(/"" is not host:port/);
+    expect(() => resolveConfig({ flags: { store: 'etcd://h:2379/x' } })).toThrow(
+      /no path, query or fragment/,
     );
     expect(() => resolveConfig({ flags: { store: 'mysql://root:secret@h/db' } })).toThrow(/\*\*\*/);
   });

@@ -78,14 +78,40 @@ export interface EpochRec {
   startedAt: number;
 }
 
-export interface Tables {
-  root: RootDatabase;
+/**
+ * What the record rules (locks.ts, fences.ts) use of a table: synchronous reads and
+ * writes inside one transaction. An LMDB database is one; so is the etcd store's view of
+ * the keys one optimistic transaction read (src/store/etcd/snapshot.ts), which runs the
+ * same rules.
+ */
+export interface RecordTable<V, K> {
+  get(key: K): V | undefined;
+  put(key: K, value: V): unknown;
+  remove(key: K): unknown;
+  /** In key order (UTF-8 bytes) from `start` (inclusive), or the whole table. */
+  getRange(options: { start?: K }): Iterable<{ key: K; value: V }>;
+  getKeys(options: Record<string, never>): Iterable<K>;
+}
+
+/** The records every namespace keeps, as the rules see them. */
+export interface RecordTables {
   /** 'format' → FORMAT_VERSION, 'epoch' → EpochRec */
+  meta: RecordTable<unknown, string>;
+  locks: RecordTable<LockRec, string>;
+  /** key [lock key, request id, owner] */
+  grants: RecordTable<GrantRec, [string, string, string]>;
+  /** lock key → the last GRANT_HISTORY grants, newest first: [token, owner][] */
+  owners: RecordTable<[string, string][], string>;
+  waiters: RecordTable<WaiterRec[], string>;
+  inflight: RecordTable<InflightRec, string>;
+  sessions: RecordTable<SessionRec, string>;
+}
+
+export interface Tables extends RecordTables {
+  root: RootDatabase;
   meta: Database<unknown, string>;
   locks: Database<LockRec, string>;
-  /** key [lock key, request id, owner] */
   grants: Database<GrantRec, [string, string, string]>;
-  /** lock key → the last GRANT_HISTORY grants, newest first: [token, owner][] */
   owners: Database<[string, string][], string>;
   waiters: Database<WaiterRec[], string>;
   inflight: Database<InflightRec, string>;

@@ -13,7 +13,7 @@ import {
   type InflightState,
   type SessionRecord,
 } from '../types.js';
-import type { InflightRec, LockRec, Tables } from './db.js';
+import type { InflightRec, LockRec, RecordTables as Tables } from './db.js';
 import { epochFloor, maxBig, type Outcome } from './locks.js';
 
 type Verdict = { ok: true; highest: bigint } | Extract<AdmitResult, { ok: false }>;

@@ -22,7 +22,7 @@ import {
   type ReleaseResult,
   type RenewResult,
 } from '../types.js';
-import type { LockRec, Tables, WaiterRec } from './db.js';
+import type { LockRec, RecordTables as Tables, WaiterRec } from './db.js';
 
 /** Durations are whole ms; a fractional ms is truncated, never an error. */
 export function wholeMs(value: number): number {

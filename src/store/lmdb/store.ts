@@ -13,6 +13,7 @@ import { randomUUID } from 'node:crypto';
 import { existsSync, mkdirSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { StoreUnavailableError } from '../../errors.js';
+import { storeFailure } from '../failure.js';
 import { namespaceProblem } from '../namespace.js';
 import type { FencingToken } from '../../tokens.js';
 import type {
@@ -68,12 +69,6 @@ function legacyRefusal(root: string): StoreUnavailableError {
   );
 }
 
-function failure(err: unknown, what: string): StoreUnavailableError {
-  if (err instanceof StoreUnavailableError) return err;
-  const why = err instanceof Error ? err.message.split('\n')[0] : String(err);
-  return new StoreUnavailableError(`${what}: ${why}`, { cause: err });
-}
-
 /** A file's identity: device and inode (a copy or a restore makes a new one). */
 function fileIdentity(path: string): string {
   const s = statSync(path);
@@ -123,7 +118,7 @@ export class LmdbStore implements Store {
       mkdirSync(root, { recursive: true });
       t = openTables(join(root, DATA_FILE), namespace);
     } catch (err) {
-      throw failure(err, what);
+      throw storeFailure(err, what);
     }
     const store = new LmdbStore(t, root, namespace);
     try {
@@ -138,7 +133,7 @@ export class LmdbStore implements Store {
     } catch (err) {
       await store.close().catch(() => undefined);
       // lmdb's "Commit failed" names no cause: the error behind it does (ENOSPC …).
-      throw failure(await commitCause(err), what);
+      throw storeFailure(await commitCause(err), what);
     }
     return store;
   }
@@ -282,7 +277,7 @@ export class LmdbStore implements Store {
   private async noteFailure(err: unknown): Promise<StoreUnavailableError> {
     const cause = await commitCause(err);
     const fault = diskFault(cause);
-    if (fault === null) return failure(err, `embedded store ${this.root}`);
+    if (fault === null) return storeFailure(err, `embedded store ${this.root}`);
     this.diskFault = new StoreUnavailableError(
       `embedded store ${this.root}: ${fault.reason}; writes (grants, fenced writes) fail until it has room ` +
         `again, reads go on (${fault.message})`,
@@ -323,7 +318,7 @@ export class LmdbStore implements Store {
       return Promise.resolve(fn(nowMs()));
     } catch (err) {
       return Promise.reject(
-        err instanceof StoreUnavailableError ? err : failure(err, `embedded store ${this.root}`),
+        err instanceof StoreUnavailableError ? err : storeFailure(err, `embedded store ${this.root}`),
       );
     }
   }
