@@ -94,6 +94,19 @@ function spawnMember(m: EtcdMember, all: EtcdMember[], state: 'new' | 'existing'
   p.stdout?.on('data', (d: Buffer) => (m.output += d.toString()));
   p.stderr?.on('data', (d: Buffer) => (m.output += d.toString()));
   m.proc = p;
+  watchdog(p.pid, m.dir);
+}
+
+/**
+ * A SIGKILLed test process runs no handler: a detached shell kills its member (recognised by
+ * its data directory, never a reused pid) and removes its data once the test process is gone;
+ * it leaves quietly when the member ends first (a test may start it again on the same data).
+ */
+function watchdog(pid: number | undefined, dir: string): void {
+  if (pid === undefined) return;
+  const mine = `grep -qF '${dir}' /proc/${pid}/cmdline 2>/dev/null`;
+  const script = `while kill -0 ${process.pid} 2>/dev/null && ${mine}; do sleep 2; done; kill -0 ${process.pid} 2>/dev/null && exit 0; ${mine} && kill -9 ${pid}; rm -rf '${dir}'`;
+  spawn('sh', ['-c', script], { detached: true, stdio: 'ignore' }).unref();
 }
 
 /** Until every given member answers its status with a leader known. */
