@@ -88,6 +88,13 @@ async function sendAndDrop(
   await waitUntil('the gateway to see the client gone', async () => (await connections()) === 0);
 }
 
+/** A POST to /orders/<id> with a fencing token and, unless null, an idempotency key. */
+function post(gw: TestGateway, id: number, token: bigint, key: string | null, body: string) {
+  const headers: Record<string, string> = { 'fencing-token': String(token) };
+  if (key !== null) headers['idempotency-key'] = key;
+  return send(gw, 'POST', `/orders/${id}`, headers, body);
+}
+
 describe.each(STORE_FIXTURES)('idempotency keys: $name', (fixture) => {
   let h: Harness;
   let other: Store;
@@ -182,43 +189,17 @@ describe.each(STORE_FIXTURES)('idempotency keys: $name', (fixture) => {
   it('a stale token with a fresh key is refused by the fence; the replay of an admitted write stays its answer', async () => {
     await start();
     const old = await mint(h.store, 'order:3');
-    const done = await send(
-      a,
-      'POST',
-      '/orders/3',
-      { 'fencing-token': String(old.token), 'idempotency-key': 'k-old' },
-      'x',
-    );
+    const done = await post(a, 3, old.token, 'k-old', 'x');
     expect(done.status).toBe(201);
     const newer = await mint(h.store, 'order:3');
-    expect((await send(b, 'POST', '/orders/3', { 'fencing-token': String(newer.token) }, 'y')).status).toBe(
-      201,
-    );
-    const fresh = await send(
-      a,
-      'POST',
-      '/orders/3',
-      { 'fencing-token': String(old.token), 'idempotency-key': 'k-new' },
-      'x',
-    );
+    expect((await post(b, 3, newer.token, null, 'y')).status).toBe(201);
+    const fresh = await post(a, 3, old.token, 'k-new', 'x');
     expect(fresh.status).toBe(409);
     expect(fresh.body.type).toBe('urn:fencegate:stale-token');
     // The refused request kept nothing: its key is refused again by the fence, not replayed.
-    const again = await send(
-      b,
-      'POST',
-      '/orders/3',
-      { 'fencing-token': String(old.token), 'idempotency-key': 'k-new' },
-      'x',
-    );
+    const again = await post(b, 3, old.token, 'k-new', 'x');
     expect(again.body.type).toBe('urn:fencegate:stale-token');
-    const replay = await send(
-      b,
-      'POST',
-      '/orders/3',
-      { 'fencing-token': String(old.token), 'idempotency-key': 'k-old' },
-      'x',
-    );
+    const replay = await post(b, 3, old.token, 'k-old', 'x');
     expect([replay.status, replay.text, replay.headers['idempotent-replayed']]).toEqual([
       201,
       done.text,
@@ -263,21 +244,11 @@ describe.each(STORE_FIXTURES)('idempotency keys: $name', (fixture) => {
   it('refuses a malformed key with 400 and passes a request without a key as before', async () => {
     await start();
     const lease = await mint(h.store, 'order:6');
-    const bad = await send(
-      a,
-      'POST',
-      '/orders/6',
-      { 'fencing-token': String(lease.token), 'idempotency-key': '"unclosed' },
-      'x',
-    );
+    const bad = await post(a, 6, lease.token, '"unclosed', 'x');
     expect(bad.status).toBe(400);
     expect(bad.body.type).toBe('urn:fencegate:bad-request');
-    expect((await send(a, 'POST', '/orders/6', { 'fencing-token': String(lease.token) }, 'x')).status).toBe(
-      201,
-    );
-    expect((await send(a, 'POST', '/orders/6', { 'fencing-token': String(lease.token) }, 'x')).status).toBe(
-      201,
-    );
+    expect((await post(a, 6, lease.token, null, 'x')).status).toBe(201);
+    expect((await post(a, 6, lease.token, null, 'x')).status).toBe(201);
     expect(up.writes).toHaveLength(2);
   });
 });
