@@ -726,7 +726,7 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
       expect(await h.store.finishIdempotent({ key, attempt: 'at-1', response: bytes(7), ttlMs: 150 })).toBe(
         true,
       );
-      expect((await begin(h.store, key, 'fp', 'at-2')).state).toMatch(/^(done|begun)$/);
+      expect((await begin(h.store, key, 'fp', 'at-2', 150)).state).toMatch(/^(done|begun)$/);
       await until(
         async () => (await begin(h.store, key, 'other-fp', 'at-3')).state === 'begun',
         'the ttl to pass',
