@@ -33,6 +33,14 @@ export const PROBLEMS = {
   'headers-too-large': { status: 431, title: 'The request headers are too large' },
   'expectation-failed': { status: 417, title: 'The Expect header asks for something the server does not do' },
   'tokens-exhausted': { status: 409, title: 'This lock has issued its last possible token' },
+  'idempotency-in-flight': {
+    status: 409,
+    title: 'A request with this idempotency key is still in flight',
+  },
+  'idempotency-mismatch': {
+    status: 422,
+    title: 'This idempotency key was used for another request',
+  },
   'invalid-row': { status: 400, title: 'The row in the request is not valid for this table' },
   'row-not-found': { status: 404, title: 'No row has this key' },
   'constraint-violation': { status: 409, title: 'The write violates a constraint of the table' },

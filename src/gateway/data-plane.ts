@@ -11,8 +11,10 @@ import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import { HTTP_METHODS, type PolicyHolder } from '../policy/index.js';
 import { installProblemHandlers, problemFor } from '../http/problems.js';
 import type { AccessRecorder } from './access.js';
+import type { GatewayRequestState } from './context.js';
 import { Exchange } from './exchange.js';
 import type { FenceStep } from './fence.js';
+import type { Idempotency } from './idempotency.js';
 import { routeRequest } from './routing.js';
 import { installRefusalLane } from '../http/lane.js';
 import type { KindRuntimes } from './runtimes.js';
@@ -20,6 +22,8 @@ import type { KindRuntimes } from './runtimes.js';
 export interface DataPlaneParts {
   policy: PolicyHolder;
   fence: FenceStep;
+  /** Idempotency keys: replays and refusals before the fence, answers kept after it. */
+  idempotency: Idempotency;
   runtimes: KindRuntimes;
   access: AccessRecorder;
   log: FastifyBaseLogger;
@@ -68,6 +72,8 @@ export class DataPlane {
     if (state === null) return true;
     const fencing = state.match.route.fencing;
     if (fencing === null) return false;
+    // A key is judged before the fence (a replay is not refused as stale): not here.
+    if (parts.idempotency.applies(ex, state.match.route) !== null) return false;
     ex.state = state;
     return parts.fence.refuseNow(ex, state, fencing);
   }
@@ -77,6 +83,14 @@ export class DataPlane {
     const state = routeRequest(ex, parts.policy.current);
     if (state === null) return;
     ex.state = state;
+    const settings = parts.idempotency.applies(ex, state.match.route);
+    if (settings !== null) return parts.idempotency.serve(ex, state, settings, () => this.proceed(ex, state));
+    return this.proceed(ex, state);
+  }
+
+  /** A routed request: fenced when its route is, then served by its upstream's kind. */
+  private proceed(ex: Exchange, state: GatewayRequestState): void | Promise<void> {
+    const { parts } = this;
     const fencing = state.match.route.fencing;
     // An unfenced route passes without a promise or a microtask.
     if (fencing === null) return parts.runtimes.serve(ex);

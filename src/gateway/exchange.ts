@@ -11,6 +11,19 @@ import type { FastifyBaseLogger } from 'fastify';
 import { PROBLEM_CONTENT_TYPE, type ProblemError } from '../errors.js';
 import { problemHeaders, type ProblemFormat } from '../http/problems.js';
 import type { GatewayRequestState } from './context.js';
+import type { Headers } from './headers.js';
+
+/** What forwardHttp tells the keeper of a request's answer for an idempotency key (./kept-answer.ts). */
+export interface AnswerTap {
+  /** The request is about to be handed to the upstream: from now on the tap decides its record. */
+  forwarding(): void;
+  /** The upstream's status and (cleaned) headers. */
+  head(status: number, headers: Headers): void;
+  data(chunk: Buffer): void;
+  complete(): void;
+  /** No answer, or one that broke off. */
+  failed(): void;
+}
 
 /** Methods whose body is never forwarded (fastify's rule before the data plane left it). */
 const BODYLESS = new Set(['GET', 'HEAD', 'TRACE']);
@@ -30,6 +43,8 @@ export class Exchange {
    * format of the kind whose upstream the request is addressed to (routing.ts sets it).
    */
   format: ProblemFormat | null = null;
+  /** Set when the upstream's answer is kept for an idempotency key (./idempotency.ts): forwardHttp feeds it. */
+  tap: AnswerTap | null = null;
   private ownHeaders: Record<string, string> | null = null;
   private logger: FastifyBaseLogger | null = null;
   private madeId: string | null = null;

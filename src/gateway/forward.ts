@@ -7,7 +7,7 @@
  */
 import { ProblemError } from '../errors.js';
 import type { GatewayRequestState } from './context.js';
-import type { Exchange } from './exchange.js';
+import type { AnswerTap, Exchange } from './exchange.js';
 import type { InflightEntry } from './inflight.js';
 import {
   FENCING_SEQUENCER,
@@ -138,6 +138,7 @@ export function forwardHttp(
   const headers = upstreamRequestHeaders(ex, state);
   const clientHost = ex.headers.host;
   headers.host = asSent && clientHost !== undefined ? clientHost : hostOf(upstream);
+  ex.tap?.forwarding();
   pool.forward(
     forward,
     { method: ex.method, path, headers: headers as Record<string, string | string[]>, body: ex.body },
@@ -165,6 +166,8 @@ function hostOf(upstream: CompiledUpstream): string {
  */
 class HttpForward implements ForwardScope, UpstreamSink {
   readonly guard: ForwardGuard;
+  /** Keeps the answer for an idempotency key: read whole even when the client is gone. */
+  private readonly tap: AnswerTap | null;
   private clientLeft = false;
   private abort: ((err?: Error) => void) | null = null;
   private resume: (() => void) | null = null;
@@ -180,6 +183,7 @@ class HttpForward implements ForwardScope, UpstreamSink {
     metrics: Metrics,
   ) {
     this.guard = new ForwardGuard(guarding, ex.req, metrics, (err) => this.cutUnsent(err));
+    this.tap = ex.tap;
   }
 
   started(): void {
@@ -202,6 +206,7 @@ class HttpForward implements ForwardScope, UpstreamSink {
   /** Cut before undici started sending it: it never will, so its entries are done now. */
   cutUnsent(err: ForwardCutError): void {
     for (const e of this.entries) e.upstreamSettled();
+    this.tap?.failed();
     if (!this.ex.sent) sendCut(this.ex, err.problem);
     else this.ex.res.destroy();
   }
@@ -210,12 +215,15 @@ class HttpForward implements ForwardScope, UpstreamSink {
    * The client's connection closed. Before its answer was written whole: once the answer
    * is streaming, the rest of it is not read. Before that the request goes on: the
    * upstream may apply it whether or not anyone hears the answer, and its in-flight
-   * entry must count until it settles.
+   * entry must count until it settles. An answer kept for an idempotency key is read on
+   * to its end (the retry gets it), no longer passed on.
    */
   clientClosed(): void {
     this.clientLeft = !this.ex.res.writableFinished;
     this.guard.clientClosed();
-    if (this.clientLeft && this.resume !== null) this.abort?.(new ClientGoneError());
+    if (!this.clientLeft || this.resume === null) return;
+    if (this.tap === null) this.abort?.(new ClientGoneError());
+    else this.resume();
   }
 
   onStart(abort: (err?: Error) => void): void {
@@ -224,12 +232,19 @@ class HttpForward implements ForwardScope, UpstreamSink {
 
   onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
     const res = this.ex.res;
+    const headers = stripResponseHeaders(headersFromRaw(rawHeaders));
+    this.tap?.head(statusCode, headers);
+    if (this.tap !== null && (res.destroyed || this.clientLeft)) {
+      // Nobody to pass it to, but the retry will want it: read on.
+      this.clientLeft = true;
+      this.resume = resume;
+      return true;
+    }
     if (res.destroyed || this.clientLeft) {
       // The client went away while the upstream worked: nothing to pass the answer to.
       this.abort?.(new ClientGoneError());
       return false;
     }
-    const headers = stripResponseHeaders(headersFromRaw(rawHeaders));
     // An HTTP/1 connection cannot take its next request until this one's body was read.
     if (!this.ex.req.complete) headers.connection = 'close';
     try {
@@ -245,6 +260,8 @@ class HttpForward implements ForwardScope, UpstreamSink {
   }
 
   onData(chunk: Buffer): boolean {
+    this.tap?.data(chunk);
+    if (this.clientLeft) return true;
     const res = this.ex.res;
     if (res.write(chunk)) return true;
     res.once('drain', (this.drained ??= () => this.resume?.()));
@@ -252,11 +269,13 @@ class HttpForward implements ForwardScope, UpstreamSink {
   }
 
   onComplete(): void {
-    this.ex.res.end();
+    this.tap?.complete();
+    if (!this.clientLeft) this.ex.res.end();
   }
 
   /** The answer broke off after its headers: the client's response is cut too. */
   onError(err: Error): void {
+    this.tap?.failed();
     if (!(err instanceof ClientGoneError)) {
       this.ex.log.warn({ err, upstream: this.upstream.name }, 'upstream answer broke off');
     }
@@ -264,6 +283,7 @@ class HttpForward implements ForwardScope, UpstreamSink {
   }
 
   failed(err: Error): void {
+    this.tap?.failed();
     const { ex, upstream } = this;
     if (!(err instanceof ClientGoneError)) {
       ex.log.warn({ err, upstream: upstream.name }, 'upstream request failed');

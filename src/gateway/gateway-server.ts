@@ -16,6 +16,7 @@ import { SequencerVerifier, type KeyRing } from '../sequencer/index.js';
 import { deferContinue } from '../http/continue.js';
 import { httpsOption, type CaBundle, type ListenerTls } from '../http/tls.js';
 import { DataPlane, installDataPlane } from './data-plane.js';
+import { Idempotency } from './idempotency.js';
 import { Fence } from './fence.js';
 import { ResetHold } from './reset-hold.js';
 import { ADMISSION_HOLD_MS } from './admission-hold.js';
@@ -115,10 +116,11 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   const refused = refusalRecorder(opts.metrics, opts.events);
   const runtimes = new KindRuntimes({ log: app.log, metrics: opts.metrics, pool, refused }, opts.policy);
   app.addHook('onClose', () => runtimes.close());
+  const idempotency = new Idempotency(store, opts.metrics);
   const access = new AccessRecorder(opts.metrics, opts.accessLog ?? 0, app.log);
   installDataPlane(
     app,
-    new DataPlane({ policy: opts.policy, fence, runtimes, access, log: app.log, trustProxy }),
+    new DataPlane({ policy: opts.policy, fence, idempotency, runtimes, access, log: app.log, trustProxy }),
     { lane: opts.refusalLane ?? true },
   );
   return app;

@@ -19,3 +19,19 @@ export const CUT_REASONS = [
   'upstream-encoding',
 ] as const;
 export type CutReason = (typeof CUT_REASONS)[number];
+
+/**
+ * What became of a request with an idempotency key (./idempotency.ts), the outcome label
+ * of fencegate_idempotency_total: begun (forwarded as the first of its key), replayed,
+ * in-flight (409), mismatch (422); then, for a begun one, stored (its answer kept) or
+ * abandoned (refused before the upstream, forward failed, or an answer not kept: 5xx, 408, 429).
+ */
+export const IDEMPOTENCY_OUTCOMES = [
+  'begun',
+  'replayed',
+  'in-flight',
+  'mismatch',
+  'stored',
+  'abandoned',
+] as const;
+export type IdempotencyOutcome = (typeof IDEMPOTENCY_OUTCOMES)[number];

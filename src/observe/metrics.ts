@@ -18,7 +18,7 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { BREAKER_STATES, type BreakerState } from '../breakers/circuit.js';
-import { CUT_REASONS, FENCED_REASONS, type FencedReason } from '../gateway/reasons.js';
+import { CUT_REASONS, FENCED_REASONS, IDEMPOTENCY_OUTCOMES, type FencedReason } from '../gateway/reasons.js';
 import type { CompiledPolicy } from '../policy/index.js';
 import { STORE_OPS } from '../store/ops.js';
 
@@ -358,6 +358,14 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
       labelNames: ['outcome'] as const,
       registers,
     }),
+    idempotency: new Counter({
+      name: 'fencegate_idempotency_total',
+      help:
+        'Requests with an idempotency key on routes that declare one, by outcome: begun (forwarded), replayed, ' +
+        'in-flight (409), mismatch (422); a begun one then ends stored or abandoned',
+      labelNames: ['route', 'outcome'] as const,
+      registers,
+    }),
     lockDelayWaits: new Counter({
       name: 'fencegate_lock_delay_waits_total',
       help:
@@ -500,6 +508,8 @@ export type Metrics = ReturnType<typeof createMetrics>;
 export function seedPolicy(metrics: Metrics, policy: CompiledPolicy): void {
   for (const route of policy.routes) {
     metrics.requestsOf(route.name);
+    if (route.idempotency !== null)
+      for (const outcome of IDEMPOTENCY_OUTCOMES) metrics.idempotency.inc({ route: route.name, outcome }, 0);
     if (route.fencing === null) continue;
     const tallies = metrics.fenceOf(route.name);
     for (const reason of FENCED_REASONS) tallies.refused(reason, route.fencing.enforce);

@@ -15,6 +15,7 @@ import {
   type CompiledUpstream,
 } from './model.js';
 import { constrainParams, parsePathPattern } from './path-pattern.js';
+import { compileIdempotency } from './idempotency.js';
 import { findShadowing } from './shadowing.js';
 import type { RawPolicyFile, RawRoute } from './schema.js';
 import type { PolicySource } from './source.js';
@@ -211,7 +212,10 @@ function compileRoute(
     else for (const e of compiled.errors) fail(e.field, e.message);
   }
 
-  if (!ok || upstream === undefined || !path.ok) return null;
+  const idempotency = compileIdempotency(raw, kind, kinds);
+  if (!idempotency.ok) fail(idempotency.field, idempotency.message);
+
+  if (!ok || upstream === undefined || !path.ok || !idempotency.ok) return null;
   const fencing =
     lock === null
       ? null
@@ -229,6 +233,7 @@ function compileRoute(
     lock,
     fencing,
     upload,
+    idempotency: idempotency.settings,
     shadows: [...(raw.shadows ?? [])],
     target,
   };

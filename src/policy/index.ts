@@ -8,11 +8,13 @@ export type {
   CompiledRoute,
   CompiledUpstream,
   FencingSettings,
+  IdempotencySettings,
   RouteMatch,
 } from './model.js';
 export { DEFAULTS as POLICY_DEFAULTS } from './model.js';
 export { splitRequestPath, parsePathPattern, matchPath, type PathPattern } from './path-pattern.js';
 export { parseLockTemplate, renderLock, type LockTemplate, type HeaderLookup } from './template.js';
+export { idempotentMethod } from './idempotency.js';
 export { HTTP_METHODS, type HttpMethod } from './schema.js';
 export type {
   FieldError,

@@ -37,6 +37,11 @@ export interface PolicyKind extends KindFields {
    * schema. A route of another kind that sets one is an error naming the field.
    */
   readonly routeFields: FieldSchemas;
+  /**
+   * Its answers are upstream HTTP responses the gateway can keep and replay: routes of this
+   * kind may declare `idempotency` (docs/gateway.md, "Idempotency"). Absent: they may not.
+   */
+  readonly replayable?: boolean;
   /** Policy time: validates the upstream (URL scheme, kind settings) and compiles it. */
   compileUpstream(name: string, raw: RawUpstream): UpstreamCompileResult;
   /** Policy time: validates this kind's route fields against the route's path and upstream. */

@@ -66,6 +66,14 @@ export interface UploadSettings {
   readonly timeoutMs: number;
 }
 
+/** A route's Idempotency-Key replays (docs/gateway.md, "Idempotency"). */
+export interface IdempotencySettings {
+  /** The request header that carries the key, lower-cased. */
+  readonly header: string;
+  /** How long a stored answer is replayed after it was stored, ms. */
+  readonly ttlMs: number;
+}
+
 export interface CompiledRoute {
   readonly name: string;
   /** Where the route is defined, for logs and errors. */
@@ -79,6 +87,8 @@ export interface CompiledRoute {
   /** Set exactly when `lock` is set. */
   readonly fencing: FencingSettings | null;
   readonly upload: UploadSettings;
+  /** Null: the route keeps and replays no answers. */
+  readonly idempotency: IdempotencySettings | null;
   /** Later fenced routes whose matching requests this route takes on purpose (policy `shadows`). */
   readonly shadows: readonly string[];
   /** Kind-specific route settings, compiled by the upstream's kind (e.g. table, key, columns). */
@@ -105,6 +115,7 @@ export const DEFAULTS = Object.freeze({
   enforce: true,
   drainTimeoutMs: 5_000,
   upload: Object.freeze({ idleTimeoutMs: 60_000, timeoutMs: 900_000 }),
+  idempotency: Object.freeze({ header: 'Idempotency-Key', ttlMs: 86_400_000 }),
   breaker: Object.freeze({
     errorThresholdPercentage: 50,
     volumeThreshold: 5,

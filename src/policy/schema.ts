@@ -60,6 +60,14 @@ export interface RawUpload {
   timeoutMs?: number;
 }
 
+/** A route's Idempotency-Key replays (docs/gateway.md, "Idempotency"). */
+export interface RawIdempotency {
+  /** The request header that carries the key (default Idempotency-Key). */
+  header?: string;
+  /** How long a stored answer is replayed, ms (default 24 h). */
+  ttlMs?: number;
+}
+
 export interface RawRoute {
   name: string;
   methods: HttpMethod[];
@@ -68,6 +76,7 @@ export interface RawRoute {
   lock?: string;
   fencing?: RawFencing;
   upload?: RawUpload;
+  idempotency?: RawIdempotency;
   /** Path parameter → regular expression its whole value must match. */
   params?: Record<string, string>;
   /** Later fenced routes whose matching requests this route deliberately takes (see shadowing.ts). */
@@ -145,6 +154,16 @@ const upload = {
   },
 };
 
+const idempotency = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    header: { type: 'string', minLength: 1 },
+    // 1 s … 7 days
+    ttlMs: ms(1_000, 604_800_000),
+  },
+};
+
 const route = {
   type: 'object',
   additionalProperties: false,
@@ -157,6 +176,7 @@ const route = {
     lock: { type: 'string', minLength: 1 },
     fencing,
     upload,
+    idempotency,
     params: {
       type: 'object',
       propertyNames: { type: 'string', minLength: 1 },

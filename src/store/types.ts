@@ -221,6 +221,52 @@ export interface InflightState {
   bounds: number[];
 }
 
+/**
+ * An attempt to begin a request under an idempotency key (Store.beginIdempotent): the
+ * gateway's `Idempotency-Key` replays (docs/gateway.md, "Idempotency").
+ */
+export interface IdempotentBegin {
+  /**
+   * The record's key, composed by the caller (the gateway: the route's name and the client's
+   * key). Opaque to the store: any non-empty string of at most IDEMPOTENCY_KEY_MAX bytes of
+   * UTF-8; two different strings are two different records.
+   */
+  key: string;
+  /** What a retry must repeat to be the same request: a digest, opaque to the store (compared for equality). */
+  fingerprint: string;
+  /** Unique id of this attempt: finishIdempotent and abandonIdempotent name it. */
+  attempt: string;
+  /**
+   * How long (ms, on the store's clock, ≥ 1) this attempt holds the key in flight: once it
+   * passed, the record counts as abandoned (a gateway that crashed mid-request never
+   * finishes it), and the next begin takes the key over.
+   */
+  holdMs: number;
+}
+
+export type IdempotentBeginResult =
+  /** No live record had the key: this attempt holds it now, in flight. Forward, then finish or abandon. */
+  | { state: 'begun' }
+  /** An attempt with the same fingerprint holds the key in flight; its hold ends in `retryAfterMs` (≥ 1). */
+  | { state: 'in-flight'; retryAfterMs: number }
+  /** A live record (in flight or done) has another fingerprint. Nothing changed. */
+  | { state: 'mismatch' }
+  /** A finished attempt with the same fingerprint stored this response (the bytes finishIdempotent got). */
+  | { state: 'done'; response: Uint8Array };
+
+/** The answer of a begun attempt, to keep (Store.finishIdempotent). */
+export interface IdempotentFinish {
+  key: string;
+  attempt: string;
+  /** Kept as given, byte for byte. */
+  response: Uint8Array;
+  /** How long (ms, store clock, ≥ 1) the record stays done from now. */
+  ttlMs: number;
+}
+
+/** Longest record key (UTF-8 bytes) a store must take in IdempotentBegin.key. */
+export const IDEMPOTENCY_KEY_MAX = 512;
+
 /** A gateway session as stored: its heartbeat counter and the TTL its owner promised. */
 export interface SessionRecord {
   /** Incremented by every heartbeat; observers judge liveness by watching it change. */
@@ -308,6 +354,34 @@ export interface Store {
    * session gone for the lock-delay of that bound.
    */
   dropInflight(lock: string, sessions: readonly string[], maxBoundMs: number): Promise<void>;
+
+  // ---- idempotency records (gateway Idempotency-Key replays; docs/gateway.md) ----
+  /**
+   * One record per key, judged and written in one atomic step on the store's clock. A record
+   * is live while it is in flight and its hold has not passed, or done and its ttl has not
+   * passed; a record that is not live is as good as absent (the store deletes it when it
+   * likes). begin, in order:
+   * - no live record: records `{fingerprint, attempt, in flight until now + holdMs}` → 'begun';
+   * - a live record with another fingerprint → 'mismatch' (in flight or done alike);
+   * - in flight → 'in-flight' with the time left of its hold;
+   * - done → 'done' with its response.
+   * Only 'begun' writes. Across processes: two begins of one key never both get 'begun'
+   * while the first attempt's record is live.
+   */
+  beginIdempotent(req: IdempotentBegin): Promise<IdempotentBeginResult>;
+  /**
+   * Stores `response` (bytes kept as given) for the attempt and keeps the record done for
+   * `ttlMs` (≥ 1) from now, store clock (the fingerprint stays the one begin recorded). Only while the record is still this attempt's and
+   * in flight: true then. False when it is not (abandoned, or its hold passed and another
+   * attempt took the key over, or the store removed it after its hold): nothing changed.
+   */
+  finishIdempotent(done: IdempotentFinish): Promise<boolean>;
+  /**
+   * Removes the record if it is this attempt's and in flight (the request was not done:
+   * refused before it was forwarded, or its answer is not one to replay), so the next begin
+   * is 'begun'. Anything else (another attempt's record, a done one, none) is left as it is.
+   */
+  abandonIdempotent(key: string, attempt: string): Promise<void>;
 
   // ---- gateway sessions (liveness of in-flight entries; docs/adr/0005) ----
   /** Registers a new gateway session with beat 0. */

@@ -40,7 +40,7 @@ describe('fencegate check', () => {
       'an unknown (misspelled) field',
       'unknown-field.yaml',
       [
-        `${F}/unknown-field.yaml:11:5: routes[0].lokc: unknown field (allowed: name, methods, path, upstream, lock, fencing, upload, params, shadows, table, key, columns)`,
+        `${F}/unknown-field.yaml:11:5: routes[0].lokc: unknown field (allowed: name, methods, path, upstream, lock, fencing, upload, idempotency, params, shadows, table, key, columns)`,
       ],
     ],
     [
@@ -69,6 +69,24 @@ describe('fencegate check', () => {
         `${F}/shadowing.yaml:9:11: routes[0].path: route "open" comes first and takes writes that the fenced route ` +
           `"order-writes" (${F}/shadowing.yaml:11) declares, but it is not fenced (PUT): move "order-writes" above it, ` +
           'narrow its path or methods, fence it with the same lock, or, if it must take them, list "order-writes" in its "shadows"',
+      ],
+    ],
+    [
+      'idempotency settings the schema refuses: a ttl out of range, an unknown field',
+      'idempotency.yaml',
+      [
+        `${F}/idempotency.yaml:12:14: routes[0].idempotency.ttlMs: must be >= 1000`,
+        `${F}/idempotency.yaml:18:7: routes[1].idempotency.ttl: unknown field (allowed: header, ttlMs)`,
+      ],
+    ],
+    [
+      'idempotency on a bad or reserved header, on a route of safe methods only, on a kind that cannot replay',
+      'idempotency-semantic.yaml',
+      [
+        `${F}/idempotency-semantic.yaml:15:15: routes[0].idempotency.header: "Idempotency_Key" is not a header name (1-64 letters, digits or !#$%&'*+.^\`|~-; no "_")`,
+        `${F}/idempotency-semantic.yaml:21:15: routes[1].idempotency.header: "Fencing-Token" has another meaning: pick another header`,
+        `${F}/idempotency-semantic.yaml:26:18: routes[2].idempotency: the route takes only GET, HEAD or OPTIONS, whose retries repeat nothing: remove "idempotency"`,
+        `${F}/idempotency-semantic.yaml:35:7: routes[3].idempotency: routes of a "postgres" upstream cannot replay answers (only http routes take "idempotency")`,
       ],
     ],
     [

@@ -15,6 +15,9 @@ import type {
   AdmitResult,
   BeatResult,
   GrantRecord,
+  IdempotentBegin,
+  IdempotentBeginResult,
+  IdempotentFinish,
   InflightState,
   Lease,
   ListLocksQuery,
@@ -45,6 +48,10 @@ export class MemoryStore implements Store {
   private readonly keys = new Map<string, KeyState>();
   private readonly listeners = new Map<string, Set<() => void>>();
   private readonly sessions = new Map<string, SessionRecord>();
+  private readonly idempotency = new Map<
+    string,
+    { fingerprint: string; attempt: string | null; until: number; response: Uint8Array | null }
+  >();
   private floor = 0n;
   private closed = false;
   private readonly resets = new ResetWatch();
@@ -206,6 +213,44 @@ export class MemoryStore implements Store {
     for (const [id, e] of s.inflight)
       if (sessions.includes(e.session) && e.bound <= maxBoundMs) s.inflight.delete(id);
     this.notify(lock);
+  }
+
+  async beginIdempotent(req: IdempotentBegin): Promise<IdempotentBeginResult> {
+    const now = this.clock();
+    const rec = this.idempotency.get(req.key);
+    if (rec === undefined || rec.until <= now) {
+      const until = now + Math.max(1, Math.ceil(req.holdMs));
+      this.idempotency.set(req.key, {
+        fingerprint: req.fingerprint,
+        attempt: req.attempt,
+        until,
+        response: null,
+      });
+      return { state: 'begun' };
+    }
+    if (rec.fingerprint !== req.fingerprint) return { state: 'mismatch' };
+    if (rec.response === null) return { state: 'in-flight', retryAfterMs: Math.max(1, rec.until - now) };
+    return { state: 'done', response: rec.response.slice() };
+  }
+
+  async finishIdempotent({ key, attempt, response, ttlMs }: IdempotentFinish): Promise<boolean> {
+    const now = this.clock();
+    const rec = this.idempotency.get(key);
+    if (rec === undefined || rec.response !== null || rec.attempt !== attempt) return false;
+    const until = now + Math.max(1, Math.ceil(ttlMs));
+    this.idempotency.set(key, {
+      fingerprint: rec.fingerprint,
+      attempt: null,
+      until,
+      response: response.slice(),
+    });
+    return true;
+  }
+
+  async abandonIdempotent(key: string, attempt: string): Promise<void> {
+    this.clock();
+    const rec = this.idempotency.get(key);
+    if (rec !== undefined && rec.response === null && rec.attempt === attempt) this.idempotency.delete(key);
   }
 
   async openSession(id: string, ttlMs: number): Promise<void> {

@@ -88,6 +88,27 @@ describe('embedded store housekeeping', () => {
     expect([...t.waiters.getRange({})]).toHaveLength(0);
   });
 
+  it('removes idempotency records whose hold or ttl passed, in flight or done, and no live one', async () => {
+    const t = await tables();
+    const now = nowMs();
+    await t.root.transaction(() => {
+      for (let i = 0; i < 250; i++) {
+        const until = i % 2 === 0 ? now - 1 : now + 600_000;
+        const done = i % 4 < 2;
+        t.idempotency.put(`r\nk-${i}`, {
+          fingerprint: 'fp',
+          attempt: done ? null : `at-${i}`,
+          until,
+          response: done ? Buffer.from([i & 0xff]) : null,
+        });
+      }
+    });
+    await housekeep(t, never, 100);
+    const left = [...t.idempotency.getRange({})].map((e) => Number(e.key.slice('r\nk-'.length)));
+    expect(left).toHaveLength(125);
+    expect(left.every((i) => i % 2 === 1)).toBe(true);
+  });
+
   it('stops between passes once the store closes', async () => {
     const t = await tables();
     const now = nowMs();

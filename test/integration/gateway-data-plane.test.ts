@@ -21,6 +21,7 @@ import { ProblemError } from '../../src/errors.js';
 import { AccessRecorder } from '../../src/gateway/access.js';
 import { DataPlane } from '../../src/gateway/data-plane.js';
 import type { Exchange } from '../../src/gateway/exchange.js';
+import { Idempotency } from '../../src/gateway/idempotency.js';
 import type { KindRuntimes } from '../../src/gateway/runtimes.js';
 import { createMetrics } from '../../src/observe/metrics.js';
 import type { PolicyHolder } from '../../src/policy/index.js';
@@ -109,14 +110,21 @@ describe('the data plane', () => {
 describe('the data plane when a step throws', () => {
   /** A plane on a bare node:http server whose one route's kind runs `serve`. */
   async function planeServing(serve: (ex: Exchange) => void | Promise<void>): Promise<string> {
-    const route = { name: 'r', fencing: null, upstream: { kind: 'http', methodOverride: 'drop' } };
+    const route = {
+      name: 'r',
+      fencing: null,
+      idempotency: null,
+      upstream: { kind: 'http', methodOverride: 'drop' },
+    };
     const policy = { upstreams: {}, match: () => ({ route, params: {} }) };
     const log = pino({ level: 'silent' });
+    const metrics = createMetrics({ defaultMetrics: false });
     const plane = new DataPlane({
       policy: { current: policy } as unknown as PolicyHolder,
       fence: { step: () => Promise.resolve(false), refuseNow: () => false },
+      idempotency: new Idempotency(new MemoryStore(), metrics),
       runtimes: { serve } as unknown as KindRuntimes,
-      access: new AccessRecorder(createMetrics({ defaultMetrics: false }), 0, log),
+      access: new AccessRecorder(metrics, 0, log),
       log,
       trustProxy: false,
     });

@@ -657,4 +657,111 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
       off();
     });
   });
+
+  describe('idempotency records', () => {
+    const begin = (store: Store, key: string, fingerprint: string, attempt: string, holdMs = 60_000) =>
+      store.beginIdempotent({ key, fingerprint, attempt, holdMs });
+    const bytes = (...b: number[]) => new Uint8Array(b);
+
+    it('begins once; a retry is in flight, then replayed; another fingerprint is a mismatch throughout', async () => {
+      const other = await h.another();
+      const key = 'route\nk-1';
+      expect(await begin(h.store, key, 'fp-a', 'at-1')).toEqual({ state: 'begun' });
+      const inflight = await begin(other, key, 'fp-a', 'at-2');
+      expect(inflight.state).toBe('in-flight');
+      if (inflight.state === 'in-flight') {
+        expect(inflight.retryAfterMs).toBeGreaterThanOrEqual(1);
+        expect(inflight.retryAfterMs).toBeLessThanOrEqual(60_000);
+      }
+      expect(await begin(other, key, 'fp-b', 'at-3')).toEqual({ state: 'mismatch' });
+      // Only the attempt that holds the key finishes it.
+      expect(await other.finishIdempotent({ key, attempt: 'at-2', response: bytes(9), ttlMs: 60_000 })).toBe(
+        false,
+      );
+      const response = bytes(0, 1, 2, 255, 0, 10, 13);
+      expect(await h.store.finishIdempotent({ key, attempt: 'at-1', response, ttlMs: 60_000 })).toBe(true);
+      expect(
+        await h.store.finishIdempotent({ key, attempt: 'at-1', response: bytes(1), ttlMs: 60_000 }),
+      ).toBe(false);
+      const done = await begin(other, key, 'fp-a', 'at-4');
+      expect(done.state).toBe('done');
+      if (done.state === 'done') expect([...done.response]).toEqual([...response]);
+      expect(await begin(h.store, key, 'fp-b', 'at-5')).toEqual({ state: 'mismatch' });
+      // Abandoning a done record changes nothing.
+      await h.store.abandonIdempotent(key, 'at-1');
+      expect((await begin(h.store, key, 'fp-a', 'at-6')).state).toBe('done');
+    });
+
+    it('an abandoned attempt frees the key; another attempt cannot abandon it', async () => {
+      const key = 'k-abandon';
+      expect(await begin(h.store, key, 'fp', 'at-1')).toEqual({ state: 'begun' });
+      await h.store.abandonIdempotent(key, 'at-other');
+      expect((await begin(h.store, key, 'fp', 'at-2')).state).toBe('in-flight');
+      await h.store.abandonIdempotent(key, 'at-1');
+      // Free again: even another fingerprint begins (nothing was done under the key).
+      expect(await begin(h.store, key, 'fp-2', 'at-3')).toEqual({ state: 'begun' });
+      expect(
+        await h.store.finishIdempotent({ key, attempt: 'at-1', response: bytes(1), ttlMs: 60_000 }),
+      ).toBe(false);
+    });
+
+    it('an attempt whose hold passed is taken over, and can no longer finish', async () => {
+      const other = await h.another();
+      const key = 'k-hold';
+      expect(await begin(h.store, key, 'fp', 'crashed', 150)).toEqual({ state: 'begun' });
+      await until(async () => (await begin(other, key, 'fp', 'retry')).state === 'begun', 'the hold to pass');
+      expect(
+        await h.store.finishIdempotent({ key, attempt: 'crashed', response: bytes(1), ttlMs: 60_000 }),
+      ).toBe(false);
+      expect(await other.finishIdempotent({ key, attempt: 'retry', response: bytes(2), ttlMs: 60_000 })).toBe(
+        true,
+      );
+      const done = await begin(h.store, key, 'fp', 'late');
+      expect(done.state === 'done' && [...done.response]).toEqual([2]);
+    });
+
+    it('a done record expires after its ttl, and the key begins afresh', async () => {
+      const key = 'k-ttl';
+      expect(await begin(h.store, key, 'fp', 'at-1')).toEqual({ state: 'begun' });
+      expect(await h.store.finishIdempotent({ key, attempt: 'at-1', response: bytes(7), ttlMs: 150 })).toBe(
+        true,
+      );
+      expect((await begin(h.store, key, 'fp', 'at-2', 150)).state).toMatch(/^(done|begun)$/);
+      await until(
+        async () => (await begin(h.store, key, 'other-fp', 'at-3')).state === 'begun',
+        'the ttl to pass',
+      );
+    });
+
+    it('of concurrent begins of one key from two processes, exactly one begins', async () => {
+      const other = await h.another();
+      for (let round = 0; round < 5; round++) {
+        const key = `k-race-${round}`;
+        const results = await Promise.all(
+          Array.from({ length: 12 }, (_, i) => begin(i % 2 === 0 ? h.store : other, key, 'fp', `at-${i}`)),
+        );
+        expect(results.filter((r) => r.state === 'begun')).toHaveLength(1);
+        expect(results.filter((r) => r.state === 'in-flight')).toHaveLength(11);
+      }
+    });
+
+    it('keeps responses byte for byte (empty, 1 MiB) under awkward keys', async () => {
+      const big = new Uint8Array(1024 * 1024);
+      for (let i = 0; i < big.length; i++) big[i] = (i * 31 + 7) & 0xff;
+      const keys = ['a}b{c', 'ünïcödé 🔒 key', `r\n${'x'.repeat(500)}`, '%7B%25'];
+      for (const [i, key] of keys.entries()) {
+        const response = i === 0 ? new Uint8Array(0) : big;
+        expect(await begin(h.store, key, 'fp', `at-${i}`)).toEqual({ state: 'begun' });
+        expect(await h.store.finishIdempotent({ key, attempt: `at-${i}`, response, ttlMs: 60_000 })).toBe(
+          true,
+        );
+        const done = await begin(h.store, key, 'fp', `again-${i}`);
+        expect(done.state).toBe('done');
+        if (done.state === 'done')
+          expect(Buffer.from(done.response).equals(Buffer.from(response))).toBe(true);
+      }
+      // Keys are distinct records: one that only differs by escaping is another key.
+      expect(await begin(h.store, '%7D', 'fp', 'x')).toEqual({ state: 'begun' });
+    });
+  });
 });

@@ -24,6 +24,7 @@ function route(path: string, lock: string | null): CompiledRoute {
     lock: t === null ? null : t.template,
     fencing: t === null ? null : { check: 'token', enforce: true, drainTimeoutMs: 5000 },
     upload: { idleTimeoutMs: 60000, timeoutMs: 900000 },
+    idempotency: null,
     shadows: [],
     target: {},
   };

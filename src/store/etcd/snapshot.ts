@@ -61,6 +61,7 @@ export class Snapshot implements RecordTables {
   readonly waiters = this.table<import('../lmdb/db.js').WaiterRec[]>('waiters');
   readonly inflight = this.table<import('../lmdb/db.js').InflightRec>('inflight');
   readonly sessions = this.table<import('../lmdb/db.js').SessionRec>('sessions');
+  readonly idempotency = this.table<import('../lmdb/db.js').IdempotencyRec>('idempotency');
 
   constructor(readonly ns: string) {}
 
@@ -112,7 +113,7 @@ export class Snapshot implements RecordTables {
 
   private table<V, K extends RecordKey = string>(name: TableName): RecordTable<V, K> {
     const key = (k: K) => recordKey(this.ns, name, k);
-    const decode = (b: Buffer) => JSON.parse(b.toString('utf8')) as V;
+    const decode = (b: Buffer) => JSON.parse(b.toString('utf8'), reviveBytes) as V;
     // Read when called: the tables are made before the constructor sets `ns`.
     const range = (start: K | undefined) =>
       this.range(name, start === undefined ? tablePrefix(this.ns, name) : key(start));
@@ -122,7 +123,7 @@ export class Snapshot implements RecordTables {
         const v = this.value(key(k));
         return v === null ? undefined : decode(v);
       },
-      put: (k, v) => this.writes.set(key(k), Buffer.from(JSON.stringify(v))),
+      put: (k, v) => this.writes.set(key(k), Buffer.from(JSON.stringify(v, replaceBytes))),
       remove: (k) => this.writes.set(key(k), null),
       getRange: ({ start }) => entries(start),
       getKeys: () => keysOf(entries(undefined)),
@@ -136,4 +137,30 @@ export function rangeId(table: TableName, start: string): string {
 
 function* keysOf<K>(entries: Iterable<{ key: K }>): Generator<K> {
   for (const e of entries) yield e.key;
+}
+
+/**
+ * Bytes in a record (an idempotency record's kept answer) go to JSON as base64, not as
+ * Buffer's own `{type, data: [...]}` (three to four times the size, and back as a plain
+ * object): `{"$bytes": "<base64>"}`, read back as a Buffer.
+ */
+function replaceBytes(_key: string, value: unknown): unknown {
+  if (
+    typeof value === 'object' &&
+    value !== null &&
+    (value as { type?: unknown }).type === 'Buffer' &&
+    Array.isArray((value as { data?: unknown }).data)
+  )
+    return { $bytes: Buffer.from((value as { data: number[] }).data).toString('base64') };
+  return value;
+}
+
+function reviveBytes(_key: string, value: unknown): unknown {
+  if (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as { $bytes?: unknown }).$bytes === 'string'
+  )
+    return Buffer.from((value as { $bytes: string }).$bytes, 'base64');
+  return value;
 }

@@ -16,6 +16,7 @@ import { StoreUnavailableError } from '../../errors.js';
 import type { FencingToken } from '../../tokens.js';
 import type { Outcome } from '../lmdb/locks.js';
 import * as fences from '../lmdb/fences.js';
+import * as idempotency from '../lmdb/idempotency.js';
 import * as locks from '../lmdb/locks.js';
 import { storeFailure } from '../failure.js';
 import { namespaceProblem } from '../namespace.js';
@@ -27,6 +28,9 @@ import type {
   AdmitResult,
   BeatResult,
   GrantRecord,
+  IdempotentBegin,
+  IdempotentBeginResult,
+  IdempotentFinish,
   InflightState,
   ListLocksQuery,
   LockPage,
@@ -300,6 +304,26 @@ export class EtcdStore implements Store {
     if (sessions.length === 0) return Promise.resolve();
     return this.write(`l:${lock}`, [this.key('inflight', lock)], (snap) =>
       fences.dropInflight(snap, lock, sessions, maxBoundMs),
+    );
+  }
+
+  // ---- idempotency records (the embedded store's rules, lmdb/idempotency.ts) ----
+
+  beginIdempotent(req: IdempotentBegin): Promise<IdempotentBeginResult> {
+    return this.write(`i:${req.key}`, [this.key('idempotency', req.key)], (snap, now) =>
+      idempotency.begin(snap, req, now),
+    );
+  }
+
+  finishIdempotent(done: IdempotentFinish): Promise<boolean> {
+    return this.write(`i:${done.key}`, [this.key('idempotency', done.key)], (snap, now) =>
+      idempotency.finish(snap, done, now),
+    );
+  }
+
+  abandonIdempotent(key: string, attempt: string): Promise<void> {
+    return this.write(`i:${key}`, [this.key('idempotency', key)], (snap) =>
+      idempotency.abandon(snap, key, attempt),
     );
   }
 

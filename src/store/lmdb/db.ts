@@ -66,6 +66,18 @@ export interface WaiterRec {
  */
 export type InflightRec = Record<string, [string, string, number?]>;
 
+/**
+ * An idempotency record (./idempotency.ts): in flight while `response` is null (held by
+ * `attempt` until `until`), done once it has one (kept until `until`).
+ */
+export interface IdempotencyRec {
+  fingerprint: string;
+  attempt: string | null;
+  /** Store-clock ms: the end of the hold (in flight) or of the ttl (done). */
+  until: number;
+  response: Buffer | null;
+}
+
 export interface SessionRec {
   beat: number;
   ttlMs: number;
@@ -105,6 +117,8 @@ export interface RecordTables {
   waiters: RecordTable<WaiterRec[], string>;
   inflight: RecordTable<InflightRec, string>;
   sessions: RecordTable<SessionRec, string>;
+  /** Idempotency records: key → IdempotencyRec. */
+  idempotency: RecordTable<IdempotencyRec, string>;
 }
 
 export interface Tables extends RecordTables {
@@ -116,6 +130,8 @@ export interface Tables extends RecordTables {
   waiters: Database<WaiterRec[], string>;
   inflight: Database<InflightRec, string>;
   sessions: Database<SessionRec, string>;
+  /** Idempotency records: key → IdempotencyRec. */
+  idempotency: Database<IdempotencyRec, string>;
   /** Processes of this directory that take wake-ups: id → pid and socket path (not namespaced). */
   peers: Database<{ pid: number; path: string }, string>;
 }
@@ -123,8 +139,8 @@ export interface Tables extends RecordTables {
 /** Address space reserved for the data file's map: 16 GiB, far above any fencegate store. */
 export const MAP_SIZE = 16 * 1024 ** 3;
 
-/** Named databases per namespace (7) times the namespaces one directory may hold, plus peers. */
-const MAX_DBS = 7 * 16 + 1;
+/** Named databases per namespace (8) times the namespaces one directory may hold, plus peers. */
+const MAX_DBS = 8 * 16 + 1;
 
 export function openTables(path: string, namespace: string): Tables {
   const root = open({
@@ -149,6 +165,7 @@ export function openTables(path: string, namespace: string): Tables {
     waiters: named('waiters'),
     inflight: named('inflight'),
     sessions: named('sessions'),
+    idempotency: named('idempotency'),
     peers: root.openDB<{ pid: number; path: string }, string>({ name: 'peers' }),
   };
 }

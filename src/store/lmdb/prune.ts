@@ -1,5 +1,6 @@
 /**
- * Housekeeping of the embedded store: expired idempotency records, queues whose
+ * Housekeeping of the embedded store: expired idempotency records (of grants and of the
+ * gateway's Idempotency-Key requests), queues whose
  * waiters all expired, and in-flight entries whose gateway session has ended (ending a
  * session removes them; this catches leftovers). Each table is read in passes of at most
  * PRUNE_PASS records, outside any transaction, from where the last pass stopped; each
@@ -11,6 +12,7 @@
 import type { Database } from 'lmdb';
 import type { InflightRec, Tables } from './db.js';
 import { nowMs } from './db.js';
+import { live } from './idempotency.js';
 
 const BATCH = 500;
 /** Records read per pass at most; the candidates of one pass are all that is held. */
@@ -93,6 +95,16 @@ export async function housekeep(t: Tables, stopped: () => boolean, pass: number 
     (key, at) => {
       const q = t.waiters.get(key);
       if (q !== undefined && q.every((w) => w.deadline <= at)) t.waiters.remove(key);
+    },
+    stopped,
+    pass,
+  );
+  await sweepTable(
+    t,
+    t.idempotency,
+    (rec, now) => !live(rec, now),
+    (key, at) => {
+      if (!live(t.idempotency.get(key), at)) t.idempotency.remove(key);
     },
     stopped,
     pass,

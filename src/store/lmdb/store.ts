@@ -23,6 +23,9 @@ import type {
   AdmitResult,
   BeatResult,
   GrantRecord,
+  IdempotentBegin,
+  IdempotentBeginResult,
+  IdempotentFinish,
   InflightState,
   ListLocksQuery,
   LockPage,
@@ -47,6 +50,7 @@ import {
 } from './db.js';
 import { commitCause, diskFault, guardCommitRejections } from './disk.js';
 import * as fences from './fences.js';
+import * as idempotency from './idempotency.js';
 import * as locks from './locks.js';
 import { housekeep } from './prune.js';
 import { WakeMesh, type Peer, type PeerRegistry } from './wakeup.js';
@@ -390,6 +394,22 @@ export class LmdbStore implements Store {
   dropInflight(lock: string, sessions: readonly string[], maxBoundMs: number): Promise<void> {
     if (sessions.length === 0) return Promise.resolve();
     return this.write(() => fences.dropInflight(this.t, lock, sessions, maxBoundMs));
+  }
+
+  // ---- idempotency records ----
+
+  beginIdempotent(req: IdempotentBegin): Promise<IdempotentBeginResult> {
+    const r = this.write((now) => idempotency.begin(this.t, req, now));
+    this.housekeep();
+    return r;
+  }
+
+  finishIdempotent(done: IdempotentFinish): Promise<boolean> {
+    return this.write((now) => idempotency.finish(this.t, done, now));
+  }
+
+  abandonIdempotent(key: string, attempt: string): Promise<void> {
+    return this.write(() => idempotency.abandon(this.t, key, attempt));
   }
 
   openSession(id: string, ttlMs: number): Promise<void> {

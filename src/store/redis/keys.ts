@@ -13,6 +13,9 @@
  *                                      h = first 128 bits of sha256(owner, requestId)
  *   <prefix>:{<tag>}:ch        pub/sub channel (not a key)
  *   <prefix>:epoch             hash    id, floor               (global, not tagged)
+ *   <prefix>:idem:{<tag>}      hash    fp, at, r: a gateway Idempotency-Key record (tagged by
+ *                                      its own key, not a lock's: a request may write several
+ *                                      locks or none, and each script touches this one key)
  *   <prefix>:gateways          hash    sessionId -> '<beat> <ttlMs>' (global, not tagged)
  *
  * The tag is the lock key with `%`, `{` and `}` percent-escaped: readable for operators
@@ -82,6 +85,11 @@ export function encodeOwnerLine(owner: string): string {
 /** Inverse of encodeOwnerLine. */
 export function decodeOwnerLine(line: string): string {
   return line.replace(/%(25|0A)/g, (m) => (m === '%25' ? '%' : '\n'));
+}
+
+/** The record of a gateway idempotency key (Store.beginIdempotent); its own hash tag. */
+export function idempotencyKey(prefix: string, key: string): string {
+  return `${prefix}:idem:{${encodeTag(key)}}`;
 }
 
 export function epochKey(prefix: string): string {

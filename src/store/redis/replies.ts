@@ -9,6 +9,7 @@ import type {
   AcquireResult,
   AdmitResult,
   BeatResult,
+  IdempotentBeginResult,
   InflightState,
   Lease,
   LockState,
@@ -159,6 +160,15 @@ export function parseInflight(reply: unknown): InflightState {
     bounds.push(r.int(i + 1));
   }
   return { count: r.int(0), sessions, bounds };
+}
+
+export function parseIdempotentBegin(reply: unknown): IdempotentBeginResult {
+  const r = new ReplyReader(reply, 'fg_idem_begin_v1');
+  const state = r.str(0);
+  if (state === 'begun' || state === 'mismatch') return { state };
+  if (state === 'in-flight') return { state, retryAfterMs: Math.max(1, r.int(1)) };
+  if (state === 'done') return { state, response: new Uint8Array(Buffer.from(r.str(1), 'base64')) };
+  throw r.bad(`unknown state ${state}`);
 }
 
 export function parseBeat(reply: unknown): BeatResult {

@@ -26,6 +26,9 @@ export const SCRIPTS = {
   fg_deliver_v1: ['deliver.lua', 1],
   fg_lower_inflight_v3: ['lower_inflight.lua', 1],
   fg_drop_inflight_v2: ['drop_inflight.lua', 1],
+  fg_idem_begin_v1: ['idem_begin.lua', 1],
+  fg_idem_finish_v1: ['idem_finish.lua', 1],
+  fg_idem_abandon_v1: ['idem_abandon.lua', 1],
   fg_session_open_v1: ['session_open.lua', 1],
   fg_session_beat_v1: ['session_beat.lua', 1],
   fg_session_end_v1: ['session_end.lua', 1],
@@ -74,6 +77,9 @@ export interface FencegateCommands {
     maxBoundMs: string,
     ...sessions: string[]
   ): Promise<unknown>;
+  fg_idem_begin_v1(record: string, fingerprint: string, attempt: string, holdMs: string): Promise<unknown>;
+  fg_idem_finish_v1(record: string, attempt: string, response: string, ttlMs: string): Promise<unknown>;
+  fg_idem_abandon_v1(record: string, attempt: string): Promise<unknown>;
   fg_session_open_v1(sessions: string, id: string, ttlMs: string): Promise<unknown>;
   fg_session_beat_v1(sessions: string, id: string): Promise<unknown>;
   fg_session_end_v1(sessions: string, id: string, expectedBeat: string): Promise<unknown>;

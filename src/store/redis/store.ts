@@ -19,6 +19,9 @@ import type {
   AdmitRequest,
   AdmitResult,
   BeatResult,
+  IdempotentBegin,
+  IdempotentBeginResult,
+  IdempotentFinish,
   InflightState,
   LockState,
   ReleaseResult,
@@ -37,6 +40,7 @@ import {
   decodeOwnerLine,
   encodeOwnerLine,
   epochKey,
+  idempotencyKey,
   lockKeyOf,
   lockKeys,
   scanPatterns,
@@ -48,6 +52,7 @@ import {
   parseBeat,
   parseEpoch,
   parseEpochVerify,
+  parseIdempotentBegin,
   parseInflight,
   parseInspect,
   parseRenew,
@@ -490,6 +495,30 @@ class RedisStore implements Store {
     const k = this.keys(lock);
     const b = String(Math.max(0, Math.floor(maxBoundMs)));
     await this.run('dropInflight', () => this.redis.fg_drop_inflight_v2(k.inf, k.channel, b, ...sessions));
+  }
+
+  // ---- idempotency records (one key each: scripts idem_*.lua) ----
+
+  async beginIdempotent(req: IdempotentBegin): Promise<IdempotentBeginResult> {
+    const hold = ms('holdMs', req.holdMs);
+    const key = idempotencyKey(this.prefix, req.key);
+    return this.run('beginIdempotent', async () =>
+      parseIdempotentBegin(await this.redis.fg_idem_begin_v1(key, req.fingerprint, req.attempt, hold)),
+    );
+  }
+
+  async finishIdempotent({ key, attempt, response, ttlMs }: IdempotentFinish): Promise<boolean> {
+    const ttl = ms('ttlMs', ttlMs);
+    const body = Buffer.from(response.buffer, response.byteOffset, response.byteLength).toString('base64');
+    const record = idempotencyKey(this.prefix, key);
+    return this.run('finishIdempotent', async () => {
+      return (await this.redis.fg_idem_finish_v1(record, attempt, body, ttl)) === '1';
+    });
+  }
+
+  async abandonIdempotent(key: string, attempt: string): Promise<void> {
+    const record = idempotencyKey(this.prefix, key);
+    await this.run('abandonIdempotent', () => this.redis.fg_idem_abandon_v1(record, attempt));
   }
 
   async openSession(id: string, ttlMs: number): Promise<void> {

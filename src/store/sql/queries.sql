@@ -258,6 +258,45 @@ WITH dropped AS (
 SELECT count(*)::int AS notified
   FROM (SELECT pg_notify($3::text, $1::text) WHERE EXISTS (SELECT 1 FROM dropped)) x;
 
+-- name: idem_begin
+-- Begins a request under an idempotency key (Store.beginIdempotent): takes the key when
+-- its row is absent or no longer live, else reports the live row. $1 key, $2 fingerprint,
+-- $3 attempt, $4 hold ms → state begun | mismatch | in-flight | done, retry_after (ms of
+-- the hold left), response (base64). No row: a concurrent begin committed the key after
+-- this statement's snapshot was taken; the caller runs it again.
+WITH ins AS (
+  INSERT INTO {schema}.idempotency AS r (key, fingerprint, attempt, until, response)
+  VALUES ($1::text, $2::text, $3::text, {schema}.now_ms() + $4::bigint, NULL)
+  ON CONFLICT (key) DO UPDATE
+     SET fingerprint = excluded.fingerprint, attempt = excluded.attempt,
+         until = excluded.until, response = NULL
+   WHERE r.until <= {schema}.now_ms()
+  RETURNING 1
+)
+SELECT 'begun'::text AS state, NULL::bigint AS retry_after, NULL::text AS response FROM ins
+UNION ALL
+SELECT CASE WHEN r.fingerprint <> $2::text THEN 'mismatch'
+            WHEN r.response IS NULL THEN 'in-flight' ELSE 'done' END,
+       greatest(1, r.until - {schema}.now_ms()),
+       CASE WHEN r.fingerprint = $2::text THEN encode(r.response, 'base64') END
+  FROM {schema}.idempotency r
+ WHERE r.key = $1::text AND r.until > {schema}.now_ms() AND NOT EXISTS (SELECT 1 FROM ins);
+
+-- name: idem_finish
+-- Stores the response of the attempt that holds the key in flight, kept for the ttl.
+-- $1 key, $2 attempt, $3 response (base64), $4 ttl ms → stored: 1, or 0 (nothing changed)
+WITH f AS (
+  UPDATE {schema}.idempotency
+     SET attempt = NULL, response = decode($3::text, 'base64'), until = {schema}.now_ms() + $4::bigint
+   WHERE key = $1::text AND attempt = $2::text AND response IS NULL
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM f)::int AS stored;
+
+-- name: idem_abandon
+-- Removes the row if the attempt holds it in flight. $1 key, $2 attempt
+DELETE FROM {schema}.idempotency WHERE key = $1::text AND attempt = $2::text AND response IS NULL;
+
 -- name: session_open
 -- $1 id, $2 ttl ms
 INSERT INTO {schema}.gateway_sessions (id, beat, ttl_ms, started_at)
@@ -354,7 +393,14 @@ WITH g AS (
             AND NOT EXISTS (SELECT 1 FROM {schema}.gateway_sessions s WHERE s.id = f.session_id)
           LIMIT $1::int FOR UPDATE SKIP LOCKED)
   RETURNING 1
+), d AS (
+  DELETE FROM {schema}.idempotency
+   WHERE key IN (
+         SELECT key FROM {schema}.idempotency
+          WHERE until <= {schema}.now_ms() LIMIT $1::int FOR UPDATE SKIP LOCKED)
+  RETURNING 1
 )
 SELECT (SELECT count(*) FROM g)::int AS grants,
        (SELECT count(*) FROM w)::int AS waiters,
-       (SELECT count(*) FROM i)::int AS inflight;
+       (SELECT count(*) FROM i)::int AS inflight,
+       (SELECT count(*) FROM d)::int AS idempotency;

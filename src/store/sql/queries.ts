@@ -23,6 +23,9 @@ const QUERY_NAMES = [
   'deliver',
   'lower_inflight',
   'drop_inflight',
+  'idem_begin',
+  'idem_finish',
+  'idem_abandon',
   'session_open',
   'session_beat',
   'session_read',
@@ -198,4 +201,15 @@ export interface PruneRow {
   grants: number;
   waiters: number;
   inflight: number;
+  idempotency: number;
+}
+
+export interface IdemBeginRow {
+  state: 'begun' | 'mismatch' | 'in-flight' | 'done';
+  retry_after: string | null;
+  response: string | null;
+}
+
+export interface IdemFinishRow {
+  stored: number;
 }

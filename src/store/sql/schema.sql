@@ -121,6 +121,19 @@ ALTER TABLE {schema}.inflight ADD COLUMN IF NOT EXISTS bound_ms bigint NOT NULL 
 CREATE INDEX IF NOT EXISTS inflight_lower ON {schema}.inflight (lock, token);
 CREATE INDEX IF NOT EXISTS inflight_session ON {schema}.inflight (session_id);
 
+-- Idempotency records of the gateway's Idempotency-Key requests (Store.beginIdempotent):
+-- in flight while response IS NULL (held by attempt until `until`), done once it has a
+-- response (kept until `until`, attempt NULL). A row whose `until` passed counts as
+-- absent; prune deletes it. A table of its own, so older fencegates ignore it.
+CREATE TABLE IF NOT EXISTS {schema}.idempotency (
+  key         text   PRIMARY KEY,
+  fingerprint text   NOT NULL,
+  attempt     text,
+  until       bigint NOT NULL,
+  response    bytea
+);
+CREATE INDEX IF NOT EXISTS idempotency_until ON {schema}.idempotency (until);
+
 -- Gateway sessions: one per gateway process, kept alive by a heartbeat that bumps
 -- beat. Other gateways end a session whose beat they saw unchanged for ttl_ms of
 -- their own monotonic clock; ending it removes its in-flight entries that were not

@@ -12,6 +12,9 @@ import type {
   AdmitResult,
   BeatResult,
   GrantRecord,
+  IdempotentBegin,
+  IdempotentBeginResult,
+  IdempotentFinish,
   ListLocksQuery,
   LockPage,
   InflightState,
@@ -29,6 +32,7 @@ import { StoreUnavailableError } from '../../errors.js';
 import { FenceBatcher, type BatcherOptions } from './batcher.js';
 import { channelFor, type SqlDriver } from './driver.js';
 import * as fences from './fences.js';
+import * as idempotency from './idempotency.js';
 import * as locks from './locks.js';
 import { KeyNotifier } from './notifier.js';
 import { queriesFor, type EpochRow, type HealthRow, type IdentityRow, type PruneRow } from './queries.js';
@@ -229,6 +233,22 @@ export class SqlStore implements Store {
     return fences.dropInflight(this.ctx, lock, sessions, maxBoundMs);
   }
 
+  // ---- idempotency records ----
+
+  beginIdempotent(req: IdempotentBegin): Promise<IdempotentBeginResult> {
+    const r = idempotency.begin(this.ctx, req);
+    this.housekeep();
+    return r;
+  }
+
+  finishIdempotent(done: IdempotentFinish): Promise<boolean> {
+    return idempotency.finish(this.ctx, done);
+  }
+
+  abandonIdempotent(key: string, attempt: string): Promise<void> {
+    return idempotency.abandon(this.ctx, key, attempt);
+  }
+
   openSession(id: string, ttlMs: number): Promise<void> {
     return fences.openSession(this.ctx, id, ttlMs);
   }
@@ -309,7 +329,7 @@ export class SqlStore implements Store {
   private async pruneRound(): Promise<void> {
     for (let i = 0; i < PRUNE_MAX_BATCHES && !this.closing; i++) {
       const r = one(await this.ctx.driver.query<PruneRow>(this.ctx.q.prune, [PRUNE_BATCH]), 'prune');
-      if (Math.max(r.grants, r.waiters, r.inflight) < PRUNE_BATCH) return;
+      if (Math.max(r.grants, r.waiters, r.inflight, r.idempotency) < PRUNE_BATCH) return;
     }
   }
 }

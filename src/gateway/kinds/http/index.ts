@@ -18,6 +18,7 @@ export const httpKind: DownstreamKind = {
   routeFields: {},
   compileUpstream: compileHttpUpstream,
   compileRoute: () => ({ ok: true, target: {} }),
+  replayable: true,
   writes(route, req): WriteSet {
     if (route.lock === null) return { kind: 'read' };
     const rendered = renderLock(route.lock, req.params, headerLookup(req.rawHeaders));
