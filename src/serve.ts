@@ -10,6 +10,7 @@ import { Authenticator } from './auth/authenticate.js';
 import { loadAuthFile } from './auth/file.js';
 import { ConfigError, DEFAULTS, exposureProblem, type ServeConfig } from './config.js';
 import { buildControl, buildProbes } from './control/control-server.js';
+import { hostAllowList } from './http/allowed-hosts.js';
 import { CaBundle, ListenerTls, readCertificates, type TlsFileError } from './http/tls.js';
 import { Issuer } from './issuer/service.js';
 import { BreakerBoard } from './breakers/board.js';
@@ -245,6 +246,12 @@ export async function buildControlPlane(
     breakers,
     sequencers: sequencerKeys === null ? null : new SequencerIssuer(sequencerKeys, store),
     tls: core.tls.control,
+    allowedHosts: hostAllowList(config.allowedHosts, {
+      authenticated: (extra.auth ?? null) !== null,
+      bindHost: config.control.host,
+    }),
+    maxConnections: config.controlMaxConnections,
+    eventStreams: { max: config.eventStreamsMax, perPrincipal: config.eventStreamsPerPrincipal },
     ...extra,
   });
   core.closers.unshift(async () => {

@@ -25,6 +25,7 @@ import {
   clientErrorProblem,
   errorHandler,
   HTTP_SERVER_OPTIONS,
+  refuseTunnels,
   refuseUnknownExpectations,
 } from '../http/problems.js';
 import { refusalRecorder } from './refusal-log.js';
@@ -171,5 +172,6 @@ function dataListener(opts: GatewayOptions, trustProxy: boolean): FastifyInstanc
   opts.tls?.attach(app.server as unknown as TlsServer, app.log);
   deferContinue(app.server);
   refuseUnknownExpectations(app.server);
+  refuseTunnels(app.server);
   return app;
 }

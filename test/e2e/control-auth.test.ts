@@ -71,15 +71,18 @@ describe('fencegate auth hash', () => {
       const [code] = (await once(proc, 'exit')) as [number];
       return { code, stdout, stderr };
     };
-    const key = 'an-operator-chosen-key-with-enough-entropy';
+    const key = 'op.an-operator-chosen-key-with-enough-entropy';
     const ok = await run(`${key}\n`);
     expect(ok.code).toBe(0);
     const parsed = parseKeyHash(ok.stdout.trim());
     if (typeof parsed === 'string') throw new Error(parsed);
     expect(await verifyApiKey(key, parsed)).toBe(true);
-    const short = await run('short\n');
+    const short = await run('op.short\n');
     expect(short.code).toBe(2);
-    expect(short.stderr).toMatch(/^fencegate: an API key must have at least 24 characters\n$/);
+    expect(short.stderr).toMatch(/^fencegate: an API key's secret \(after "op\."\) must have at least 24 characters\n$/);
+    const noId = await run('an-operator-chosen-key-with-enough-entropy\n');
+    expect(noId.code).toBe(2);
+    expect(noId.stderr).toMatch(/must be "<id>\.<secret>"/);
   });
 
   it('is in --help, with the serve flags', async () => {
