@@ -23,7 +23,7 @@ export const PROBLEMS = {
   forbidden: { status: 403, title: 'The principal is not granted this' },
   'host-not-allowed': { status: 421, title: 'This listener does not answer for the Host the request names' },
   'auth-throttled': { status: 429, title: 'Too many failed authentications from this client; retry later' },
-  'auth-busy': { status: 503, title: 'Too many credentials are waiting to be verified; retry later' },
+  'auth-busy': { status: 429, title: 'Too many credentials are waiting to be verified; retry later' },
   'too-many-streams': { status: 429, title: 'Too many event streams are open' },
   'token-invalid': { status: 403, title: 'The fencing token was never issued for this lock' },
   'fence-unavailable': { status: 503, title: 'The fence store is unavailable; the write was not forwarded' },

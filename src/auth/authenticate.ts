@@ -12,10 +12,11 @@
  * - a verified key is cached, keyed by a SHA-256 of the presented key (so the cache holds
  *   no key), in a bounded map; so is a refused one, in a map of its own; concurrent
  *   requests with the same key share one run;
- * - a client (by address) that failed too often lately is answered 429 `auth-throttled`
- *   before its key is looked at, and may have at most CLIENT_PENDING runs waiting or
- *   running at once;
- * - at most KDF_PARALLEL runs go at once and at most MAX_WAITING wait: past that, 503
+ * - a client (by address) whose keys failed a KDF run too often lately is answered 429
+ *   `auth-throttled` before its key is looked at (refusals that cost no run are not
+ *   counted: they cost nothing and can guess nothing), and may have at most
+ *   CLIENT_PENDING runs waiting or running at once;
+ * - at most KDF_PARALLEL runs go at once and at most MAX_WAITING wait: past that, 429
  *   `auth-busy` at once, with Retry-After, rather than a queue whose wait has no bound;
  * - a reload keeps the verified keys whose principal still holds the same hash.
  */
@@ -30,11 +31,11 @@ import { principalForCertificate, type AuthConfig, type Principal } from './mode
 export const KEY_CACHE_SIZE = 1024;
 /** KDF runs at once. */
 export const KDF_PARALLEL = 2;
-/** KDF runs waiting for one of the KDF_PARALLEL places at most; more are answered 503. */
+/** KDF runs waiting for one of the KDF_PARALLEL places at most; more are answered 429 auth-busy. */
 export const MAX_WAITING = 16;
 /** KDF runs one client may have waiting or running at once; more are answered 429. */
 export const CLIENT_PENDING = 2;
-/** Failed authentications a client may have in a burst, and how many it regains a second. */
+/** Keys refused after a KDF run a client may have in a burst, and how many it regains a second. */
 export const FAILURE_BURST = 10;
 export const FAILURE_REFILL_PER_S = 1;
 /** Clients whose failures are remembered at most (least recently failed out first). */
@@ -135,7 +136,7 @@ export class Authenticator {
   /**
    * The request's principal. A bearer key that does not verify is refused outright; so is
    * a request whose key and certificate name different principals. Throws a ProblemError
-   * (429 auth-throttled, 503 auth-busy) when the key is not looked at.
+   * (429 auth-throttled or auth-busy) when the key is not looked at.
    */
   async authenticate(authorization: string | undefined, socket: Socket): Promise<Authentication> {
     const byCert = principalForCertificate(peerCertificate(socket), this.current.principals);
@@ -149,10 +150,7 @@ export class Authenticator {
     }
     this.checkBudget(client);
     const byKey = key === undefined ? null : await this.principalForKey(key, client);
-    if (byKey === null || (byCert !== null && byCert.name !== byKey.name)) {
-      this.spend(client);
-      return { ok: false };
-    }
+    if (byKey === null || (byCert !== null && byCert.name !== byKey.name)) return { ok: false };
     return { ok: true, principal: byKey };
   }
 
@@ -166,6 +164,7 @@ export class Authenticator {
       const ok = await this.limited(() => verifyApiKey(key, e.hash));
       if (ok) remember(this.verified, digest, { name: e.principal.name, hash: e.hash });
       else {
+        this.spend(client); // a guess that cost a KDF run: what the budget bounds
         this.refused.add(digest);
         if (this.refused.size > KEY_CACHE_SIZE) this.refused.delete(this.refused.values().next().value!);
       }

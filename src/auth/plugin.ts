@@ -95,7 +95,7 @@ async function authPlugin(
     try {
       auth = await authenticator.authenticate(request.headers.authorization, request.raw.socket);
     } catch (err) {
-      // 429 auth-throttled, 503 auth-busy: the key was not looked at.
+      // 429 auth-throttled or auth-busy: the key was not looked at.
       if (!(err instanceof ProblemError)) throw err;
       metrics?.authRefusals.inc({ reason: err.code === 'auth-busy' ? 'busy' : 'throttled' });
       return sendProblem(reply, err);

@@ -391,7 +391,7 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
     }),
     authRefusals: new Counter({
       name: 'fencegate_auth_refusals_total',
-      help: 'Control-listener requests refused by the auth file: unauthenticated (401), forbidden (403), throttled (429), busy (503)',
+      help: 'Control-listener requests refused by the auth file: unauthenticated (401), forbidden (403), throttled or busy (429)',
       labelNames: ['reason'] as const,
       registers,
     }),

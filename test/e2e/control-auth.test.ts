@@ -125,9 +125,9 @@ public: []
     await expect(anonymous.acquire('jobs/1', { owner: 'w' })).rejects.toMatchObject({ status: 401 });
     const fg = new FencegateClient({ url: control, apiKey: worker.key });
     const lock = await fg.acquire('jobs/1', { owner: 'w', ttlMs: 2000, autoRenew: false });
-    expect(lock.owner).toBe('worker/w');
+    expect(lock.owner).toBe('@worker/w');
     await lock.renew();
-    expect(await fg.inspect('jobs/1')).toMatchObject({ held: true, owner: 'worker/w' });
+    expect(await fg.inspect('jobs/1')).toMatchObject({ held: true, owner: '@worker/w' });
     expect(await lock.release()).toBe(true);
     await expect(fg.acquire('other/1', { owner: 'w' })).rejects.toMatchObject({ status: 403 });
   }, 180_000);

@@ -174,8 +174,10 @@ describe('grants and certificates', () => {
   });
 
   it('binds owners to principals: the principal is what comes before the first "/"', () => {
-    expect(boundOwner('worker', 'w/1')).toBe('worker/w/1');
-    expect(ownerPrincipal('worker/w/1')).toBe('worker');
+    expect(boundOwner('worker', 'w/1')).toBe('@worker/w/1');
+    expect(ownerPrincipal('@worker/w/1')).toBe('worker');
+    // Sent without a principal (before an auth file existed): names nobody, whatever its text.
+    expect(ownerPrincipal('worker/w/1')).toBeNull();
     expect(ownerPrincipal('w1')).toBeNull();
     expect(ownerPrincipal(null)).toBeNull();
   });
