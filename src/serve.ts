@@ -190,8 +190,11 @@ export async function openCore(
   );
   const closers: (() => Promise<unknown>)[] = [() => store.close()];
   try {
-    const sequencerKeys = await openSequencerKeys(config.sequencerKeys, config.store, (line) =>
-      quiet && starting ? logger.debug(line) : lifecycle.warn(line),
+    const sequencerKeys = await openSequencerKeys(
+      config.sequencerKeys,
+      config.store,
+      (line) => (quiet && starting ? logger.debug(line) : lifecycle.warn(line)),
+      { allowReadable: config.allowReadableKeyFile },
     );
     starting = false;
     if (sequencerKeys !== null) {
@@ -244,7 +247,7 @@ export async function buildControlPlane(
     accessLog: config.accessLog > 0,
     policy: core.policy,
     breakers,
-    sequencers: sequencerKeys === null ? null : new SequencerIssuer(sequencerKeys, store),
+    sequencers: sequencerKeys === null ? null : new SequencerIssuer(sequencerKeys, store, config.storeNamespace),
     tls: core.tls.control,
     allowedHosts: hostAllowList(config.allowedHosts, {
       authenticated: (extra.auth ?? null) !== null,
@@ -281,6 +284,7 @@ export async function buildDataPlane(
     refusalLane: config.refusalLane,
     breakers,
     sequencerKeys: core.sequencerKeys,
+    storeNamespace: config.storeNamespace,
     tls: core.tls.data,
     upstreamCa: core.tls.upstreamCa,
   });

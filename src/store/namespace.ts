@@ -16,3 +16,8 @@ export function namespaceProblem(ns: string): string | null {
   }
   return null;
 }
+
+/** The namespace a store uses when none is configured: Redis `fg`, Postgres and embedded `fencegate`. */
+export function defaultNamespace(kind: 'embedded' | 'postgres' | 'redis'): string {
+  return kind === 'redis' ? 'fg' : 'fencegate';
+}

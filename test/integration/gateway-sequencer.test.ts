@@ -275,6 +275,7 @@ describe.each(GATEWAY_STORES)('sequencer routes on $name store', (factory) => {
     const first = BigInt(a.token) - 2n > 0n ? BigInt(a.token) - 2n : 1n;
     for (let t = first; t <= BigInt(b.token) + 3n; t++) {
       const claims = {
+        ns: 'fencegate',
         lock: `order:${orderId}`,
         token: t,
         leaseId: b.leaseId,
