@@ -33,7 +33,11 @@ function get(url, key, localAddress) {
       (res) => {
         res.resume();
         res.on('end', () =>
-          done({ status: res.statusCode, ms: performance.now() - started, retryAfter: res.headers['retry-after'] }),
+          done({
+            status: res.statusCode,
+            ms: performance.now() - started,
+            retryAfter: res.headers['retry-after'],
+          }),
         );
       },
     );
@@ -64,7 +68,8 @@ async function scenario(name, keys) {
     const bad = Array.from({ length: FLOOD }, (_, i) =>
       keys === 'junk' ? `x-${i}` : `fgk_${salt}${randomBytes(32).toString('base64url')}`,
     );
-    const from = (i) => (name === 'spread' ? `127.0.${1 + Math.floor(i / 250)}.${1 + (i % 250)}` : '127.0.0.2');
+    const from = (i) =>
+      name === 'spread' ? `127.0.${1 + Math.floor(i / 250)}.${1 + (i % 250)}` : '127.0.0.2';
     const t0 = performance.now();
     const flood = bad.map((k, i) => get(url, k, from(i)));
     await new Promise((r) => setTimeout(r, 50));

@@ -181,14 +181,32 @@ describe.each(GATEWAY_STORES)('sequencer routes on $name store', (factory) => {
     await store.bumpEpoch();
     const fresh = await acquire(id(), 'w2');
     const freshId = fresh.key.slice('order:'.length);
-    await waitUntil('a sequencer of the new epoch admitted', async () => {
-      const r = await put(freshId, { 'fencing-sequencer': fresh.sequencer });
-      return r.status === 200;
-    }, { timeoutMs: 15_000, everyMs: 100 });
+    await waitUntil(
+      'a sequencer of the new epoch admitted',
+      async () => {
+        const r = await put(freshId, { 'fencing-sequencer': fresh.sequencer });
+        return r.status === 200;
+      },
+      { timeoutMs: 15_000, everyMs: 100 },
+    );
     // Refused as of another epoch (403) once this process saw the bump, else as below the floor (409).
     const old = await put(orderId, { 'fencing-sequencer': g.sequencer });
     expect([403, 409]).toContain(old.status);
     expect(upstream.hits).toHaveLength(1);
+  });
+
+  it('a released sequencer is admitted after a new grant until the new holder writes (docs/security.md threat table)', async () => {
+    const orderId = id();
+    const a = await acquire(orderId, 'A');
+    await release(a);
+    const b = await acquire(orderId, 'B');
+    // What the threat table says a released (or superseded) sequencer can still do: write
+    // while the new holder has not written and its own exp has not passed.
+    expect((await put(orderId, { 'fencing-sequencer': a.sequencer }, 'late A')).status).toBe(200);
+    expect((await put(orderId, { 'fencing-sequencer': b.sequencer }, 'B')).status).toBe(200);
+    // Once the new holder wrote, it is stale.
+    expect((await put(orderId, { 'fencing-sequencer': a.sequencer }, 'later A')).status).toBe(409);
+    expect(upstream.hits).toHaveLength(2);
   });
 
   it("forwards the holder's write with its Fencing-Token, never the sequencer", async () => {
