@@ -247,7 +247,8 @@ export async function buildControlPlane(
     accessLog: config.accessLog > 0,
     policy: core.policy,
     breakers,
-    sequencers: sequencerKeys === null ? null : new SequencerIssuer(sequencerKeys, store, config.storeNamespace),
+    sequencers:
+      sequencerKeys === null ? null : new SequencerIssuer(sequencerKeys, store, config.storeNamespace),
     tls: core.tls.control,
     allowedHosts: hostAllowList(config.allowedHosts, {
       authenticated: (extra.auth ?? null) !== null,

@@ -95,11 +95,14 @@ export class Authenticator {
    */
   replace(config: AuthConfig): void {
     this.current = config;
-    const entries = config.principals.flatMap((principal) => principal.keys.map((hash) => ({ principal, hash })));
+    const entries = config.principals.flatMap((principal) =>
+      principal.keys.map((hash) => ({ principal, hash })),
+    );
     this.byId = new Map(entries.map((e) => [e.hash.keyId, e]));
     for (const [digest, v] of [...this.verified]) {
       const e = this.byId.get(v.hash.keyId);
-      if (e === undefined || e.principal.name !== v.name || !sameHash(e.hash, v.hash)) this.verified.delete(digest);
+      if (e === undefined || e.principal.name !== v.name || !sameHash(e.hash, v.hash))
+        this.verified.delete(digest);
     }
     this.refused.clear();
   }
@@ -146,7 +149,8 @@ export class Authenticator {
     const key = m?.[1];
     if (key !== undefined && this.isVerified(key)) {
       const byKey = await this.principalForKey(key, client);
-      if (byKey !== null && (byCert === null || byCert.name === byKey.name)) return { ok: true, principal: byKey };
+      if (byKey !== null && (byCert === null || byCert.name === byKey.name))
+        return { ok: true, principal: byKey };
     }
     this.checkBudget(client);
     const byKey = key === undefined ? null : await this.principalForKey(key, client);

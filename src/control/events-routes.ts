@@ -61,7 +61,8 @@ class StreamCaps {
 
   /** Takes a place for a stream of `principal` (null: no auth file), or throws 429; returns its release. */
   take(principal: string | null): () => void {
-    if (this.total >= this.max) throw tooMany(`at most ${this.max} event streams are open at once`, 'all', this.max);
+    if (this.total >= this.max)
+      throw tooMany(`at most ${this.max} event streams are open at once`, 'all', this.max);
     const mine = principal === null ? 0 : (this.byPrincipal.get(principal) ?? 0);
     if (principal !== null && mine >= this.perPrincipal)
       throw tooMany(

@@ -485,7 +485,8 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
   for (const outcome of ['granted', 'held']) metrics.acquireSeconds.zero({ outcome });
   for (const end of ['released', 'expired']) metrics.holdSeconds.zero({ end });
   for (const reason of CUT_REASONS) metrics.forwardsCut.inc({ reason }, 0);
-  for (const reason of ['unauthenticated', 'forbidden', 'throttled', 'busy']) metrics.authRefusals.inc({ reason }, 0);
+  for (const reason of ['unauthenticated', 'forbidden', 'throttled', 'busy'])
+    metrics.authRefusals.inc({ reason }, 0);
   return metrics;
 }
 

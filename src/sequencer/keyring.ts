@@ -51,7 +51,9 @@ async function readPrivateKeyFile(path: string, options: KeyRingOptions): Promis
     const octal = mode.toString(8).padStart(4, '0');
     const problem = `${path}: the sequencer key file is readable by group or others (mode ${octal}); whoever reads it can sign sequencers`;
     if (!options.allowReadable)
-      throw new SequencerKeyError(`${problem}: chmod 600 it, or pass --allow-readable-key-file to load it anyway`);
+      throw new SequencerKeyError(
+        `${problem}: chmod 600 it, or pass --allow-readable-key-file to load it anyway`,
+      );
     options.onWarning?.(`${problem} (loaded: --allow-readable-key-file)`);
   }
   return readKeyFile(path);

@@ -89,7 +89,10 @@ export class SequencerVerifier {
       if (claims.expiresAt > this.clock()) this.remember(text, claims);
     }
     if (claims.ns !== this.audience.ns)
-      return { ok: false, reason: `the sequencer was issued for another store namespace, not "${this.audience.ns}"` };
+      return {
+        ok: false,
+        reason: `the sequencer was issued for another store namespace, not "${this.audience.ns}"`,
+      };
     const epoch = this.audience.epoch();
     if (claims.epoch !== epoch)
       return { ok: false, reason: "the sequencer was issued in another epoch than the store's current one" };

@@ -79,7 +79,9 @@ describe('fencegate auth hash', () => {
     expect(await verifyApiKey(key, parsed)).toBe(true);
     const short = await run('op.short\n');
     expect(short.code).toBe(2);
-    expect(short.stderr).toMatch(/^fencegate: an API key's secret \(after "op\."\) must have at least 24 characters\n$/);
+    expect(short.stderr).toMatch(
+      /^fencegate: an API key's secret \(after "op\."\) must have at least 24 characters\n$/,
+    );
     const noId = await run('an-operator-chosen-key-with-enough-entropy\n');
     expect(noId.code).toBe(2);
     expect(noId.stderr).toMatch(/must be "<id>\.<secret>"/);

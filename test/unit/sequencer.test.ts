@@ -126,7 +126,7 @@ describe('sequencer verification', () => {
     });
   });
 
-  it("refuses a sequencer of another store namespace or epoch, cached or not", async () => {
+  it('refuses a sequencer of another store namespace or epoch, cached or not', async () => {
     const { ring, verifier } = await ringAndVerifier();
     expect(await verifier.verify(mint(ring, { ns: 'other-deployment' }), 'order:42')).toMatchObject({
       ok: false,
@@ -142,7 +142,15 @@ describe('sequencer verification', () => {
     expect((await verifier.verify(mint(ring, { epoch: 'e2' }), 'order:42')).ok).toBe(true);
     // Version 1 (no namespace) is not a sequencer any more.
     const v1 = Buffer.from(
-      JSON.stringify({ v: 1, kid: ring.signer.kid, lock: 'order:42', token: '1', lease: 'l', epoch: 'e2', exp: 1 }),
+      JSON.stringify({
+        v: 1,
+        kid: ring.signer.kid,
+        lock: 'order:42',
+        token: '1',
+        lease: 'l',
+        epoch: 'e2',
+        exp: 1,
+      }),
     ).toString('base64url');
     expect(decodeSequencer(`${v1}.${'A'.repeat(86)}`)).toMatchObject({ ok: false });
   });
