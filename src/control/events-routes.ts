@@ -6,7 +6,8 @@
  * A subscriber's unsent bytes are bounded (`maxBufferBytes`): a consumer that does not
  * keep up is disconnected rather than allowed to grow the server's memory; it resumes
  * with Last-Event-ID from what the ring still holds. Each event is made into its frame
- * once, however many subscribers it goes to (they share the string). The streams open at
+ * once, however many subscribers it goes to (they share the string), and live frames go
+ * out together at most every `flushMs` (one socket write for many events). The streams open at
  * once are capped (`maxStreams`), and per principal with an auth file
  * (`maxStreamsPerPrincipal`): past a cap a new stream gets 429 `too-many-streams`.
  */
@@ -23,9 +24,11 @@ export interface EventsRoutesOptions {
   heartbeatMs?: number;
   /** Unsent bytes a subscriber may have before it is dropped. Default 1 MiB. */
   maxBufferBytes?: number;
-  /** Streams open at once at most. Default 256. */
+  /** How long (ms) live frames wait to go out together. Default 50. */
+  flushMs?: number;
+  /** Streams open at once at most. Default 64. */
   maxStreams?: number;
-  /** Streams one principal may have open at once (with an auth file). Default 16. */
+  /** Streams one principal may have open at once (with an auth file). Default 8. */
   maxStreamsPerPrincipal?: number;
 }
 
@@ -115,7 +118,10 @@ async function eventsRoutes(app: FastifyInstance, opts: EventsRoutesOptions): Pr
   const { events } = opts;
   const heartbeatMs = opts.heartbeatMs ?? 15_000;
   const maxBufferBytes = opts.maxBufferBytes ?? 1024 * 1024;
-  const caps = new StreamCaps(opts.maxStreams ?? 256, opts.maxStreamsPerPrincipal ?? 16);
+  const flushMs = opts.flushMs ?? 50;
+  // Waiting frames are sent at once past this, well before the bound drops the consumer.
+  const pumpAtBytes = Math.min(SOCKET_HIGH_WATER, maxBufferBytes / 4);
+  const caps = new StreamCaps(opts.maxStreams ?? 64, opts.maxStreamsPerPrincipal ?? 8);
   const streams = new Set<() => void>();
   // preClose: before the server waits for its connections, which streams would hold open.
   app.addHook('preClose', async () => {
@@ -180,14 +186,19 @@ async function eventsRoutes(app: FastifyInstance, opts: EventsRoutesOptions): Pr
       ended = true;
       unsubscribe();
       clearInterval(heartbeat);
+      if (flushTimer !== null) clearTimeout(flushTimer);
       streams.delete(end);
       release();
       if (how === 'drop') res.destroy();
       else res.end();
     };
     const end = () => stop('end');
+    // Frames go out together: what waits is joined into one write (a socket write per
+    // event per subscriber is what a flood of events would cost the process otherwise).
     const pump = () => {
-      while (!ended && res.writableLength < SOCKET_HIGH_WATER) {
+      const batch: string[] = [];
+      let bytes = res.writableLength;
+      while (!ended && bytes < SOCKET_HIGH_WATER) {
         let chunk: string;
         const replayed = backlog[replayAt];
         if (replayed !== undefined) {
@@ -202,10 +213,19 @@ async function eventsRoutes(app: FastifyInstance, opts: EventsRoutesOptions): Pr
             queueAt = 0;
           }
         } else {
-          return;
+          break;
         }
-        res.write(chunk);
+        batch.push(chunk);
+        bytes += chunk.length;
       }
+      if (batch.length > 0 && !ended) res.write(batch.length === 1 ? (batch[0] as string) : batch.join(''));
+    };
+    let flushTimer: NodeJS.Timeout | null = null;
+    const flushSoon = () => {
+      flushTimer ??= setTimeout(() => {
+        flushTimer = null;
+        pump();
+      }, flushMs);
     };
     const send = (chunk: string) => {
       if (ended) return;
@@ -213,7 +233,9 @@ async function eventsRoutes(app: FastifyInstance, opts: EventsRoutesOptions): Pr
       queuedBytes += chunk.length;
       if (queuedBytes > maxBufferBytes)
         stop('drop'); // a consumer that does not keep up
-      else pump();
+      else if (queuedBytes >= pumpAtBytes)
+        pump(); // enough to send now
+      else flushSoon();
     };
     const unsubscribe = events.subscribe((e) => {
       if (matches(e, live)) send(frame(e));
