@@ -59,7 +59,8 @@ interface Control {
   close(): Promise<void>;
 }
 
-async function control(store: Store, text = authText): Promise<Control> {
+/** The control listener on `store`, with the auth file `text` (null: without one). */
+async function control(store: Store, text: string | null = authText): Promise<Control> {
   const metrics = createMetrics({ defaultMetrics: false });
   const issuer = new Issuer(store, metrics);
   const events = new EventLog();
@@ -70,7 +71,7 @@ async function control(store: Store, text = authText): Promise<Control> {
     events,
     defaultTtlMs: 10_000,
     logLevel: 'silent',
-    auth: new Authenticator(parseAuthText('auth.yaml', text)),
+    auth: text === null ? null : new Authenticator(parseAuthText('auth.yaml', text)),
   });
   return {
     app,
@@ -367,16 +368,8 @@ describe.each(STORE_FIXTURES)('owners bound to principals ($name store)', (fixtu
 
   it('a lease taken without a principal is renewable by none, whatever its owner says', async () => {
     // Before the auth file: no credentials, owners recorded as sent.
-    const metrics = createMetrics({ defaultMetrics: false });
-    const issuer = new Issuer(h.store, metrics);
-    const open = await buildControl({
-      store: h.store,
-      issuer,
-      metrics,
-      events: new EventLog(),
-      defaultTtlMs: 10_000,
-      logLevel: 'silent',
-    });
+    const before = await control(h.store, null);
+    const open = before.app;
     try {
       const url = (op: string) => `/v1/locks/orders%2Fearly/${op}`;
       const post = (op: string, body: unknown) => call(open, null, 'POST', url(op), body);
@@ -394,8 +387,7 @@ describe.each(STORE_FIXTURES)('owners bound to principals ($name store)', (fixtu
           expect(r.statusCode, `${who} ${op}`).toBe(403);
         }
     } finally {
-      issuer.shutdown();
-      await open.close();
+      await before.close();
     }
   });
 });

@@ -14,9 +14,10 @@ import { generateApiKey } from '../../src/auth/keys.js';
 import { buildControl } from '../../src/control/control-server.js';
 import { hostAllowList } from '../../src/http/allowed-hosts.js';
 import { Issuer } from '../../src/issuer/service.js';
-import { EventLog, type EventInput } from '../../src/observe/events.js';
+import { EventLog } from '../../src/observe/events.js';
 import { createMetrics } from '../../src/observe/metrics.js';
 import { MemoryStore } from '../helpers/memory-store.js';
+import { staleEvent } from '../helpers/events.js';
 import { openSse, type SseClient } from '../helpers/sse.js';
 import { sleep, waitUntil } from '../helpers/wait.js';
 
@@ -134,23 +135,6 @@ describe('control listener: Host allow-list', () => {
   });
 });
 
-function event(i: number): EventInput {
-  return {
-    time: new Date().toISOString(),
-    type: 'fenced-write',
-    reason: 'stale',
-    route: 'r',
-    lock: `order:${i}`,
-    token: String(i),
-    highest: String(i + 1),
-    enforced: true,
-    client: '127.0.0.1',
-    owner: null,
-    method: 'PUT',
-    path: `/orders/${i}`,
-  };
-}
-
 describe('control listener: event streams', () => {
   it('caps the streams open at once, in all and per principal, with 429 too-many-streams', async () => {
     const { url } = await control({ authText, eventStreams: { max: 5, perPrincipal: 3 } });
@@ -204,7 +188,7 @@ describe('control listener: event streams', () => {
     );
     try {
       const stringify = vi.spyOn(JSON, 'stringify');
-      events.record(event(7));
+      events.record(staleEvent(7, 'order:7'));
       await Promise.all(subscribers.map((s) => s.waitFor((f) => f.length >= 1, 'the event')));
       const ofTheEvent = stringify.mock.calls.filter(
         ([v]) => (v as { lock?: unknown } | null)?.lock === 'order:7',
