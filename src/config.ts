@@ -11,6 +11,7 @@ import type { Pair, Scalar } from 'yaml';
 import { LOG_FORMATS, LOG_LEVELS } from './observe/log.js';
 import { checkStoreSpec } from './store/index.js';
 import { namespaceProblem } from './store/namespace.js';
+import { parseAllowedHosts } from './http/allowed-hosts.js';
 import { SETTING_ROWS, SETTINGS, type SettingKey, type SettingRow, type SettingValues } from './settings.js';
 import type { HostPort } from './settings.js';
 
@@ -140,6 +141,11 @@ function parseValue(row: SettingRow, value: string | number | boolean, where: st
       return parseAccessLog(value, where);
     case 'workers':
       return parseWorkers(value, where, row.range?.[1] ?? 1);
+    case 'hosts': {
+      const hosts = parseAllowedHosts(String(value));
+      if (typeof hosts === 'string') throw new ConfigError(`${where}: ${hosts}`);
+      return hosts;
+    }
   }
 }
 

@@ -10,6 +10,7 @@ import { Authenticator } from './auth/authenticate.js';
 import { loadAuthFile } from './auth/file.js';
 import { ConfigError, DEFAULTS, exposureProblem, type ServeConfig } from './config.js';
 import { buildControl, buildProbes } from './control/control-server.js';
+import { hostAllowList } from './http/allowed-hosts.js';
 import { CaBundle, ListenerTls, readCertificates, type TlsFileError } from './http/tls.js';
 import { Issuer } from './issuer/service.js';
 import { BreakerBoard } from './breakers/board.js';
@@ -189,8 +190,11 @@ export async function openCore(
   );
   const closers: (() => Promise<unknown>)[] = [() => store.close()];
   try {
-    const sequencerKeys = await openSequencerKeys(config.sequencerKeys, config.store, (line) =>
-      quiet && starting ? logger.debug(line) : lifecycle.warn(line),
+    const sequencerKeys = await openSequencerKeys(
+      config.sequencerKeys,
+      config.store,
+      (line) => (quiet && starting ? logger.debug(line) : lifecycle.warn(line)),
+      { allowReadable: config.allowReadableKeyFile },
     );
     starting = false;
     if (sequencerKeys !== null) {
@@ -243,8 +247,15 @@ export async function buildControlPlane(
     accessLog: config.accessLog > 0,
     policy: core.policy,
     breakers,
-    sequencers: sequencerKeys === null ? null : new SequencerIssuer(sequencerKeys, store),
+    sequencers:
+      sequencerKeys === null ? null : new SequencerIssuer(sequencerKeys, store, config.storeNamespace),
     tls: core.tls.control,
+    allowedHosts: hostAllowList(config.allowedHosts, {
+      authenticated: (extra.auth ?? null) !== null,
+      bindHost: config.control.host,
+    }),
+    maxConnections: config.controlMaxConnections,
+    eventStreams: { max: config.eventStreamsMax, perPrincipal: config.eventStreamsPerPrincipal },
     ...extra,
   });
   core.closers.unshift(async () => {
@@ -274,6 +285,7 @@ export async function buildDataPlane(
     refusalLane: config.refusalLane,
     breakers,
     sequencerKeys: core.sequencerKeys,
+    storeNamespace: config.storeNamespace,
     tls: core.tls.data,
     upstreamCa: core.tls.upstreamCa,
   });

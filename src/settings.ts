@@ -36,6 +36,8 @@ interface KindValue {
   share: number;
   /** auto (null) or a count within the row's range. */
   workers: number | null;
+  /** Comma-separated host names and IP addresses (src/http/allowed-hosts.ts), or *. */
+  hosts: readonly string[];
 }
 
 export type Kind = keyof KindValue;
@@ -52,6 +54,8 @@ interface RowOf<K extends Kind> {
   readonly defaultText?: string;
   /** Inclusive bounds of an int or workers setting, checked on the value that wins. */
   readonly range?: readonly [number, number];
+  /** What an int setting counts, as the docs show it: milliseconds unless said. */
+  readonly unit?: 'ms' | 'count';
   /** The flag's value as --help shows it (FILE, N, HOST:PORT); null: a switch, no value. */
   readonly arg: string | null;
   /** One line (--help wraps it). */
@@ -120,6 +124,46 @@ export const SETTINGS = {
     defaultText: 'none: they are on the control listener',
     arg: 'HOST:PORT',
     help: 'probe listener: /healthz, /readyz, /metrics without credentials',
+  },
+  /** src/http/allowed-hosts.ts; null: loopback names only without --auth, no check with it. */
+  allowedHosts: {
+    flag: '--allowed-hosts',
+    env: 'FENCEGATE_ALLOWED_HOSTS',
+    type: 'hosts',
+    default: null,
+    defaultText: 'without --auth: localhost, loopback IPs and the bind address; with --auth: any',
+    arg: 'HOST,…',
+    help: 'the Host names the control listener and dashboard answer for (DNS rebinding); * for any',
+  },
+  controlMaxConnections: {
+    flag: '--control-max-connections',
+    env: 'FENCEGATE_CONTROL_MAX_CONNECTIONS',
+    type: 'int',
+    default: 1_024,
+    range: [16, 1_000_000],
+    unit: 'count',
+    arg: 'N',
+    help: 'open connections the control listener takes at most; more are closed at once',
+  },
+  eventStreamsMax: {
+    flag: '--event-streams-max',
+    env: 'FENCEGATE_EVENT_STREAMS_MAX',
+    type: 'int',
+    default: 64,
+    range: [0, 100_000],
+    unit: 'count',
+    arg: 'N',
+    help: 'event streams (GET /v1/events/stream) open at once at most; more get 429 too-many-streams',
+  },
+  eventStreamsPerPrincipal: {
+    flag: '--event-streams-per-principal',
+    env: 'FENCEGATE_EVENT_STREAMS_PER_PRINCIPAL',
+    type: 'int',
+    default: 8,
+    range: [0, 100_000],
+    unit: 'count',
+    arg: 'N',
+    help: 'with --auth: event streams one principal may have open at once',
   },
   insecure: {
     flag: '--insecure',
@@ -256,6 +300,15 @@ export const SETTINGS = {
     arg: 'FILE',
     help: 'sequencer key file (fencegate keys init), the same for every process on the store',
   },
+  /** src/sequencer/keyring.ts: a key file group or others may read is refused unless this is set. */
+  allowReadableKeyFile: {
+    flag: '--allow-readable-key-file',
+    env: 'FENCEGATE_ALLOW_READABLE_KEY_FILE',
+    type: 'bool',
+    default: false,
+    arg: null,
+    help: 'load a sequencer key file that group or others may read (warned at start) instead of refusing it',
+  },
   /** Data listener TLS: certificate chain and key, both or neither (src/config.ts checks); null: plain HTTP. */
   tlsCert: {
     flag: '--tls-cert',
@@ -373,7 +426,8 @@ export function describeDefault(row: SettingRow): string {
   if (row.defaultText !== undefined) return row.defaultText;
   const d = row.default;
   if (d === null) return 'none';
-  if (typeof d === 'object') return `${d.host}:${d.port}`;
+  if (Array.isArray(d)) return d.join(',');
+  if (typeof d === 'object' && 'host' in d) return `${d.host}:${d.port}`;
   return String(d);
 }
 
@@ -381,13 +435,15 @@ export function describeDefault(row: SettingRow): string {
 export function describeValues(row: SettingRow): string {
   switch (row.type) {
     case 'int':
-      return `${row.arg ?? 'N'}: ${row.range?.[0] ?? 0}–${row.range?.[1] ?? ''} ms`;
+      return `${row.arg ?? 'N'}: ${row.range?.[0] ?? 0}–${row.range?.[1] ?? ''}${row.unit === 'count' ? '' : ' ms'}`;
     case 'workers':
       return `auto or ${row.range?.[0] ?? 1}–${row.range?.[1] ?? MAX_WORKERS}`;
     case 'bool':
       return row.arg === null ? 'true|false (flag: no value)' : `${row.arg} (or true|false)`;
     case 'share':
       return 'on|off or a fraction 0–1';
+    case 'hosts':
+      return 'host names, IP addresses, comma-separated; or *';
     case 'logLevel':
       return LOG_LEVELS.join('|');
     case 'logFormat':

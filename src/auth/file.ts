@@ -187,10 +187,10 @@ function checkUnique(principals: Principal[], indexes: number[], fail: Fail): vo
     if (seen !== undefined) fail(['principals', index, 'name'], `"${p.name}" is also principals[${seen}]`);
     else names.set(p.name, index);
     p.keys.forEach((k, j) => {
-      const other = keys.get(k.saltText);
+      const other = keys.get(k.keyId);
       if (other !== undefined)
-        fail(['principals', index, 'keys', j], `the same key salt as principals[${other}]`);
-      else keys.set(k.saltText, index);
+        fail(['principals', index, 'keys', j], `the same key id (or salt) as principals[${other}]`);
+      else keys.set(k.keyId, index);
     });
     p.certificates.forEach((c, j) => {
       const id = `${c.fingerprint ?? ''}|${c.cn ?? ''}`;

@@ -7,7 +7,10 @@
  * `fgk_<salt, 22 chars><secret, 43 chars>`. The salt is not secret (it is in the auth
  * file too); carrying it lets the verifier find the one hash to check by its salt,
  * so a request with a wrong key costs at most one KDF run, however many keys are
- * configured. A key of another form (hashed from stdin) is checked against every hash.
+ * configured. A key of another form (hashed from stdin) must carry an id of its own,
+ * `<id>.<secret>`, which its stored hash repeats (`scrypt$N$r$p$<salt>$<hash>$<id>`): it
+ * too names its one candidate hash. A key of neither form names no hash and is refused
+ * without a KDF run.
  */
 import { randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto';
 
@@ -17,6 +20,9 @@ const SECRET_BYTES = 32;
 const HASH_BYTES = 32;
 const B64 = '[A-Za-z0-9_-]';
 const GENERATED_KEY = new RegExp(`^${KEY_PREFIX}(${B64}{22})(${B64}{43})$`);
+/** A key of another form: a public id (1–32 base64url characters), ".", then the secret. */
+const CUSTOM_KEY = new RegExp(`^(${B64}{1,32})\\.([\\x21-\\x7e]+)$`);
+const KEY_ID = new RegExp(`^${B64}{1,32}$`);
 
 /** scrypt cost: 16 MiB and a few tens of ms per run. Keys are random, so this is ample. */
 export const DEFAULT_SCRYPT = { N: 16384, r: 8, p: 1 } as const;
@@ -24,7 +30,7 @@ export const DEFAULT_SCRYPT = { N: 16384, r: 8, p: 1 } as const;
 /** Bounds accepted in a stored hash: a hostile or mistyped file cannot ask for a huge KDF. */
 const LIMITS = { N: [1024, 1 << 20], r: [1, 32], p: [1, 16] } as const;
 
-/** The shortest key of another form `auth hash` accepts (a generated key has 69 characters). */
+/** The shortest secret of a key of another form `auth hash` accepts (a generated key's is 43 characters). */
 export const MIN_KEY_LENGTH = 24;
 
 export interface KeyHash {
@@ -33,8 +39,10 @@ export interface KeyHash {
   p: number;
   salt: Buffer;
   hash: Buffer;
-  /** The salt as written (base64url), to find the hash of a generated key. */
+  /** The salt as written (base64url). */
   saltText: string;
+  /** What a presented key names to find this hash by: a generated key's salt, or the id of a key of another form. */
+  keyId: string;
 }
 
 /** A new random key and its stored form. The key is shown once; only the hash is kept. */
@@ -55,13 +63,19 @@ export async function hashApiKey(key: string): Promise<string> {
   const salt = carried === null ? randomBytes(SALT_BYTES) : Buffer.from(carried, 'base64url');
   const { N, r, p } = DEFAULT_SCRYPT;
   const hash = await derive(key, salt, HASH_BYTES, { N, r, p });
-  return `scrypt$${N}$${r}$${p}$${salt.toString('base64url')}$${hash.toString('base64url')}`;
+  const stored = `scrypt$${N}$${r}$${p}$${salt.toString('base64url')}$${hash.toString('base64url')}`;
+  return carried === null ? `${stored}$${keyIdOf(key)}` : stored;
 }
 
 /** Why `key` cannot be an API key, or null. */
 export function apiKeyProblem(key: string): string | null {
-  if (key.length < MIN_KEY_LENGTH) return `an API key must have at least ${MIN_KEY_LENGTH} characters`;
   if (!/^[\x21-\x7e]+$/.test(key)) return 'an API key is printable ASCII without spaces';
+  if (saltOf(key) !== null) return null;
+  const custom = CUSTOM_KEY.exec(key);
+  if (custom === null)
+    return `an API key of your own must be "<id>.<secret>": an id of 1-32 letters, digits, "_" or "-", a dot, then the secret`;
+  if ((custom[2] as string).length < MIN_KEY_LENGTH)
+    return `an API key's secret (after "${custom[1]}.") must have at least ${MIN_KEY_LENGTH} characters`;
   return null;
 }
 
@@ -70,12 +84,23 @@ export function saltOf(key: string): string | null {
   return GENERATED_KEY.exec(key)?.[1] ?? null;
 }
 
+/**
+ * The id a presented key names its one candidate hash by (a generated key's salt, the id
+ * of a key of another form), or null when the key is of no form an auth file can hold
+ * (then it is refused without a KDF run). Cheap: two regular expressions, no KDF.
+ */
+export function keyIdOf(key: string): string | null {
+  if (apiKeyProblem(key) !== null) return null;
+  return saltOf(key) ?? (CUSTOM_KEY.exec(key)?.[1] as string);
+}
+
 /** Parses a stored hash; a string says what is wrong with it. */
 export function parseKeyHash(text: string): KeyHash | string {
   const parts = text.split('$');
-  if (parts.length !== 6 || parts[0] !== 'scrypt')
-    return 'must be "scrypt$N$r$p$salt$hash" (the output of fencegate auth hash)';
-  const [, nText, rText, pText, saltText = '', hashText = ''] = parts;
+  if ((parts.length !== 6 && parts.length !== 7) || parts[0] !== 'scrypt')
+    return 'must be "scrypt$N$r$p$salt$hash" or "scrypt$N$r$p$salt$hash$id" (the output of fencegate auth hash)';
+  const [, nText, rText, pText, saltText = '', hashText = '', id] = parts;
+  if (id !== undefined && !KEY_ID.test(id)) return 'the key id must be 1-32 letters, digits, "_" or "-"';
   const num = (t: string | undefined) => (t !== undefined && /^[1-9][0-9]{0,7}$/.test(t) ? Number(t) : NaN);
   const N = num(nText);
   const r = num(rText);
@@ -89,7 +114,7 @@ export function parseKeyHash(text: string): KeyHash | string {
   if (salt === null || salt.length < 8) return 'the salt must be at least 8 bytes of base64url';
   if (hash === null || hash.length < 16 || hash.length > 64)
     return 'the hash must be 16 to 64 bytes of base64url';
-  return { N, r, p, salt, hash, saltText };
+  return { N, r, p, salt, hash, saltText, keyId: id ?? saltText };
 }
 
 function base64url(text: string): Buffer | null {

@@ -18,7 +18,7 @@ export type RouteVerb = 'acquire' | 'renew' | 'release' | 'read' | 'events';
 export const PUBLIC_ENDPOINTS = ['healthz', 'readyz', 'metrics', 'keys'] as const;
 export type PublicEndpoint = (typeof PUBLIC_ENDPOINTS)[number];
 
-/** Principal names: they prefix owners (`<principal>/<owner>`), so no `/`. */
+/** Principal names: they prefix owners (`@<principal>/<owner>`), so no `/`. */
 export const PRINCIPAL_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
 export interface Grant {
@@ -115,14 +115,22 @@ export function principalForCertificate(
   return null;
 }
 
-/** The owner recorded for a lease taken by `principal`: `<principal>/<owner>`. */
+/**
+ * What a bound owner starts with. Owners sent without a principal may not start with it
+ * (the issuer refuses them, src/issuer/validate.ts), so a lease whose recorded owner has
+ * it was taken by the principal it names, and one without it by no principal: nothing is
+ * guessed from the owner's text (`alice/x` sent before an auth file existed names nobody).
+ */
+export const BOUND_OWNER_MARK = '@';
+
+/** The owner recorded for a lease taken by `principal`: `@<principal>/<owner>`. */
 export function boundOwner(principal: string, owner: string): string {
-  return `${principal}/${owner}`;
+  return `${BOUND_OWNER_MARK}${principal}/${owner}`;
 }
 
-/** The principal a recorded owner is bound to (the part before the first `/`), or null. */
+/** The principal a recorded owner is bound to, or null for a lease taken without one. */
 export function ownerPrincipal(recorded: string | null): string | null {
-  if (recorded === null) return null;
+  if (recorded === null || !recorded.startsWith(BOUND_OWNER_MARK)) return null;
   const slash = recorded.indexOf('/');
-  return slash <= 0 ? null : recorded.slice(0, slash);
+  return slash <= 1 ? null : recorded.slice(1, slash);
 }

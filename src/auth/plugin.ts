@@ -91,7 +91,15 @@ async function authPlugin(
     const rule = ruleFor(request.method, url);
     if (rule !== undefined && 'open' in rule) return;
     if (rule !== undefined && 'endpoint' in rule && authenticator.config.public.has(rule.endpoint)) return;
-    const auth = await authenticator.authenticate(request.headers.authorization, request.raw.socket);
+    let auth;
+    try {
+      auth = await authenticator.authenticate(request.headers.authorization, request.raw.socket);
+    } catch (err) {
+      // 429 auth-throttled or auth-busy: the key was not looked at.
+      if (!(err instanceof ProblemError)) throw err;
+      metrics?.authRefusals.inc({ reason: err.code === 'auth-busy' ? 'busy' : 'throttled' });
+      return sendProblem(reply, err);
+    }
     if (!auth.ok || auth.principal === null) return sendProblem(reply, unauthenticated());
     const principal = auth.principal;
     setAccess(request, { enforced: true, principal });

@@ -14,9 +14,11 @@ import {
   HTTP_SERVER_OPTIONS,
   installProblemHandlers,
   missingHost,
+  refuseTunnels,
   refuseUnknownExpectations,
   sendProblem,
 } from '../http/problems.js';
+import { checkHost, type HostAllowList } from '../http/allowed-hosts.js';
 import { httpsOption, type ListenerTls } from '../http/tls.js';
 import type { Authenticator } from '../auth/authenticate.js';
 import authPlugin from '../auth/plugin.js';
@@ -59,8 +61,25 @@ export async function buildControl(opts: {
   scrape?: () => Promise<string>;
   /** With --workers: how many workers serve the data listener now (/readyz fails with none). */
   workers?: () => { ready: number; configured: number };
+  /** The Host names answered (src/http/allowed-hosts.ts); null or absent: any. */
+  allowedHosts?: HostAllowList | null;
+  /** Open connections taken at most (--control-max-connections); absent: no cap. */
+  maxConnections?: number;
+  /** Event streams open at once at most, and per principal (with an auth file). */
+  eventStreams?: { max: number; perPrincipal: number };
 }): Promise<FastifyInstance> {
   const app = baseApp('control', opts);
+  // Before authentication: a page reached by DNS rebinding gets no KDF run and no answer.
+  const allowed = opts.allowedHosts ?? null;
+  if (allowed !== null) {
+    app.addHook('onRequest', (request, reply, done) => {
+      const refusal = checkHost(allowed, request.raw);
+      if (refusal === null) return done();
+      sendProblem(reply, refusal);
+    });
+  }
+  // Beyond the cap node:http closes new connections at once, before they are read.
+  if (opts.maxConnections !== undefined) app.server.maxConnections = opts.maxConnections;
   if (opts.auth) await app.register(authPlugin, { authenticator: opts.auth, metrics: opts.metrics });
   await app.register(issuerRoutes, {
     issuer: opts.issuer,
@@ -69,7 +88,12 @@ export async function buildControl(opts: {
     sequencers: opts.sequencers,
   });
   await app.register(keysRoutes, { keys: opts.sequencers?.keys ?? null });
-  await app.register(eventsRoutes, { events: opts.events });
+  await app.register(eventsRoutes, {
+    events: opts.events,
+    ...(opts.eventStreams === undefined
+      ? {}
+      : { maxStreams: opts.eventStreams.max, maxStreamsPerPrincipal: opts.eventStreams.perPrincipal }),
+  });
   await app.register(locksRoutes, { store: opts.store });
   await app.register(statusRoutes, {
     store: opts.store,
@@ -144,6 +168,7 @@ function baseApp(
   opts.tls?.attach(app.server as unknown as TlsServer, app.log);
   installProblemHandlers(app, 'not-found');
   refuseUnknownExpectations(app.server);
+  refuseTunnels(app.server);
   app.addHook('onRequest', (request, reply, done) => {
     const noHost = missingHost(request.raw);
     if (noHost === null) return done();

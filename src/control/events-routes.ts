@@ -5,11 +5,15 @@
  *
  * A subscriber's unsent bytes are bounded (`maxBufferBytes`): a consumer that does not
  * keep up is disconnected rather than allowed to grow the server's memory; it resumes
- * with Last-Event-ID from what the ring still holds.
+ * with Last-Event-ID from what the ring still holds. Each event is made into its frame
+ * once, however many subscribers it goes to (they share the string), and live frames go
+ * out together at most every `flushMs` (one socket write for many events). The streams open at
+ * once are capped (`maxStreams`), and per principal with an auth file
+ * (`maxStreamsPerPrincipal`): past a cap a new stream gets 429 `too-many-streams`.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import { visibleKeys } from '../auth/access.js';
+import { accessOf, visibleKeys } from '../auth/access.js';
 import { ProblemError } from '../errors.js';
 import { matches, type EventFilter, type EventLog, type FenceEvent } from '../observe/events.js';
 import { parseEventQuery } from '../observe/event-query.js';
@@ -20,15 +24,77 @@ export interface EventsRoutesOptions {
   heartbeatMs?: number;
   /** Unsent bytes a subscriber may have before it is dropped. Default 1 MiB. */
   maxBufferBytes?: number;
+  /** How long (ms) live frames wait to go out together. Default 50. */
+  flushMs?: number;
+  /** Streams open at once at most. Default 64. */
+  maxStreams?: number;
+  /** Streams one principal may have open at once (with an auth file). Default 8. */
+  maxStreamsPerPrincipal?: number;
 }
+
+/** How long (s) a client refused for too many streams is told to wait. */
+const STREAMS_RETRY_AFTER_S = 5;
 
 /** How long (ms) the browser waits before reconnecting a dropped stream. */
 const RETRY_MS = 2000;
 /** Bytes handed to the socket before waiting for it to drain. */
 const SOCKET_HIGH_WATER = 64 * 1024;
 
+/** Frames made, by event: one JSON.stringify per event for all its subscribers. */
+const frames = new WeakMap<FenceEvent, string>();
+
 function frame(e: FenceEvent): string {
-  return `id: ${e.id}\ndata: ${JSON.stringify(e)}\n\n`;
+  let f = frames.get(e);
+  if (f === undefined) {
+    f = `id: ${e.id}\ndata: ${JSON.stringify(e)}\n\n`;
+    frames.set(e, f);
+  }
+  return f;
+}
+
+/** Counts open streams, in all and per principal; refuses one past a cap. */
+class StreamCaps {
+  private total = 0;
+  private readonly byPrincipal = new Map<string, number>();
+
+  constructor(
+    private readonly max: number,
+    private readonly perPrincipal: number,
+  ) {}
+
+  /** Takes a place for a stream of `principal` (null: no auth file), or throws 429; returns its release. */
+  take(principal: string | null): () => void {
+    if (this.total >= this.max)
+      throw tooMany(`at most ${this.max} event streams are open at once`, 'all', this.max);
+    const mine = principal === null ? 0 : (this.byPrincipal.get(principal) ?? 0);
+    if (principal !== null && mine >= this.perPrincipal)
+      throw tooMany(
+        `principal "${principal}" has ${mine} event streams open, the most one principal may`,
+        'principal',
+        this.perPrincipal,
+      );
+    this.total += 1;
+    if (principal !== null) this.byPrincipal.set(principal, mine + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.total -= 1;
+      if (principal === null) return;
+      const left = (this.byPrincipal.get(principal) ?? 1) - 1;
+      if (left === 0) this.byPrincipal.delete(principal);
+      else this.byPrincipal.set(principal, left);
+    };
+  }
+}
+
+function tooMany(detail: string, scope: 'all' | 'principal', limit: number): ProblemError {
+  return new ProblemError(
+    'too-many-streams',
+    detail,
+    { scope, limit },
+    { headers: { 'retry-after': String(STREAMS_RETRY_AFTER_S) } },
+  );
 }
 
 function lastEventId(request: FastifyRequest): number | null {
@@ -52,6 +118,10 @@ async function eventsRoutes(app: FastifyInstance, opts: EventsRoutesOptions): Pr
   const { events } = opts;
   const heartbeatMs = opts.heartbeatMs ?? 15_000;
   const maxBufferBytes = opts.maxBufferBytes ?? 1024 * 1024;
+  const flushMs = opts.flushMs ?? 50;
+  // Waiting frames are sent at once past this, well before the bound drops the consumer.
+  const pumpAtBytes = Math.min(SOCKET_HIGH_WATER, maxBufferBytes / 4);
+  const caps = new StreamCaps(opts.maxStreams ?? 64, opts.maxStreamsPerPrincipal ?? 8);
   const streams = new Set<() => void>();
   // preClose: before the server waits for its connections, which streams would hold open.
   app.addHook('preClose', async () => {
@@ -69,6 +139,8 @@ async function eventsRoutes(app: FastifyInstance, opts: EventsRoutesOptions): Pr
     const { filter } = parseEventQuery(request.query, { stream: true });
     restrict(filter, request);
     const resumeFrom = lastEventId(request);
+    const access = accessOf(request);
+    const release = caps.take(access.enforced ? (access.principal?.name ?? '') : null);
     const live: EventFilter = { ...filter };
     delete live.afterId;
     delete live.fromTime;
@@ -114,13 +186,19 @@ async function eventsRoutes(app: FastifyInstance, opts: EventsRoutesOptions): Pr
       ended = true;
       unsubscribe();
       clearInterval(heartbeat);
+      if (flushTimer !== null) clearTimeout(flushTimer);
       streams.delete(end);
+      release();
       if (how === 'drop') res.destroy();
       else res.end();
     };
     const end = () => stop('end');
+    // Frames go out together: what waits is joined into one write (a socket write per
+    // event per subscriber is what a flood of events would cost the process otherwise).
     const pump = () => {
-      while (!ended && res.writableLength < SOCKET_HIGH_WATER) {
+      const batch: string[] = [];
+      let bytes = res.writableLength;
+      while (!ended && bytes < SOCKET_HIGH_WATER) {
         let chunk: string;
         const replayed = backlog[replayAt];
         if (replayed !== undefined) {
@@ -135,10 +213,19 @@ async function eventsRoutes(app: FastifyInstance, opts: EventsRoutesOptions): Pr
             queueAt = 0;
           }
         } else {
-          return;
+          break;
         }
-        res.write(chunk);
+        batch.push(chunk);
+        bytes += chunk.length;
       }
+      if (batch.length > 0 && !ended) res.write(batch.length === 1 ? (batch[0] as string) : batch.join(''));
+    };
+    let flushTimer: NodeJS.Timeout | null = null;
+    const flushSoon = () => {
+      flushTimer ??= setTimeout(() => {
+        flushTimer = null;
+        pump();
+      }, flushMs);
     };
     const send = (chunk: string) => {
       if (ended) return;
@@ -146,7 +233,9 @@ async function eventsRoutes(app: FastifyInstance, opts: EventsRoutesOptions): Pr
       queuedBytes += chunk.length;
       if (queuedBytes > maxBufferBytes)
         stop('drop'); // a consumer that does not keep up
-      else pump();
+      else if (queuedBytes >= pumpAtBytes)
+        pump(); // enough to send now
+      else flushSoon();
     };
     const unsubscribe = events.subscribe((e) => {
       if (matches(e, live)) send(frame(e));

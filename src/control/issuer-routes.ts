@@ -5,7 +5,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { boundPrincipal } from '../auth/access.js';
-import { boundOwner, ownerPrincipal } from '../auth/model.js';
+import { BOUND_OWNER_MARK, boundOwner, ownerPrincipal } from '../auth/model.js';
 import { ProblemError } from '../errors.js';
 import { pathOf, refuse } from '../http/problems.js';
 import type { EventInput, EventLog } from '../observe/events.js';
@@ -81,7 +81,7 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
 
   /**
    * With an auth file, a lease belongs to the principal that took it: the owner is
-   * recorded as `<principal>/<owner>`, so the store's replay by (key, requestId, owner)
+   * recorded as `@<principal>/<owner>`, so the store's replay by (key, requestId, owner)
    * only ever matches the same principal's requests, and renew and release check the
    * live lease's recorded principal before they touch it (a lease id names one grant,
    * whose owner never changes, so what inspect shows is what renew or release would act
@@ -108,6 +108,14 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
     const key = keyOf(req);
     const parsed = parseAcquire(req.body, issuer.limits, defaultTtl);
     const principal = boundPrincipal(req);
+    // Without a principal, an owner may not look bound: a lease taken now must never be
+    // renewable by the principal its owner names once an auth file is in force.
+    if (principal === null && parsed.owner.startsWith(BOUND_OWNER_MARK))
+      throw new ProblemError(
+        'bad-request',
+        `"owner" may not start with "${BOUND_OWNER_MARK}": owners of that form name the principal an auth file binds them to`,
+        { field: 'owner' },
+      );
     const body = principal === null ? parsed : { ...parsed, owner: boundOwner(principal, parsed.owner) };
     // A client that hangs up stops waiting in the queue. (The response's 'close', not the
     // request's: a request emits 'close' as soon as its body has been read.)

@@ -12,7 +12,7 @@ import { instrumentStore } from '../observe/store-metrics.js';
 import { AccessRecorder } from './access.js';
 import type { PolicyHolder } from '../policy/index.js';
 import type { Store } from '../store/types.js';
-import { SequencerVerifier, type KeyRing } from '../sequencer/index.js';
+import { SequencerVerifier, storeAudience, type KeyRing } from '../sequencer/index.js';
 import { deferContinue } from '../http/continue.js';
 import { httpsOption, type CaBundle, type ListenerTls } from '../http/tls.js';
 import { DataPlane, installDataPlane } from './data-plane.js';
@@ -26,6 +26,7 @@ import {
   clientErrorProblem,
   errorHandler,
   HTTP_SERVER_OPTIONS,
+  refuseTunnels,
   refuseUnknownExpectations,
 } from '../http/problems.js';
 import { refusalRecorder } from './refusal-log.js';
@@ -58,6 +59,8 @@ export interface GatewayOptions {
   breakers?: BreakerBoard;
   /** The issuer's sequencer keys (`check: sequencer` routes); null or absent: every sequencer is refused. */
   sequencerKeys?: KeyRing | null;
+  /** The store namespace sequencers must carry (--store-namespace); absent: the store's default. */
+  storeNamespace?: string | null;
   /** TLS (and mTLS) for the listener; null or absent: plain HTTP. */
   tls?: ListenerTls | null;
   /** --upstream-ca: trusted besides the built-in roots by https upstreams without their own `tls.ca`. */
@@ -76,11 +79,7 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
   );
   opts.breakers?.setStore(() => guard.breakerState);
   const observer = new SessionObserver(guard, app.log);
-  // Sequencer expiry is judged on the store's clock, estimated from the session's beats.
-  const sequencers =
-    opts.sequencerKeys == null
-      ? null
-      : new SequencerVerifier(opts.sequencerKeys, () => sessions.storeTime() ?? Date.now());
+  const sequencers = await sequencerVerifier(opts, store, sessions, app);
   const untrack = trackSizes(opts.metrics, sessions, observer, sequencers);
   const resetHold = new ResetHold(opts.metrics, app.log);
   const unwatchResets = store.onReset((reset) => resetHold.reset(reset.reason));
@@ -124,6 +123,22 @@ export async function createGateway(opts: GatewayOptions): Promise<FastifyInstan
     { lane: opts.refusalLane ?? true },
   );
   return app;
+}
+
+/**
+ * The sequencer verifier (null without keys): expiry judged on the store's clock,
+ * estimated from the session's beats; namespace and epoch those of this store.
+ */
+async function sequencerVerifier(
+  opts: GatewayOptions,
+  store: Store,
+  sessions: GatewaySessions,
+  app: FastifyInstance,
+): Promise<SequencerVerifier | null> {
+  if (opts.sequencerKeys == null) return null;
+  const audience = await storeAudience(store, opts.storeNamespace);
+  app.addHook('onClose', async () => audience.close());
+  return new SequencerVerifier(opts.sequencerKeys, () => sessions.storeTime() ?? Date.now(), audience);
 }
 
 /** Gauges of the per-lock structures the gateway keeps beside the fence (fencegate_tracked_locks); returns their removal. */
@@ -173,5 +188,6 @@ function dataListener(opts: GatewayOptions, trustProxy: boolean): FastifyInstanc
   opts.tls?.attach(app.server as unknown as TlsServer, app.log);
   deferContinue(app.server);
   refuseUnknownExpectations(app.server);
+  refuseTunnels(app.server);
   return app;
 }

@@ -109,13 +109,18 @@ export function clientErrorProblem(err: Error & { code?: string }, socket: Socke
       : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
         ? 'request-timeout'
         : 'bad-request';
-  const { status } = PROBLEMS[code];
   const detail = `the HTTP parser refused the request${err.code ? ` (${err.code})` : ''}`;
-  const body = JSON.stringify(problemBody(code, detail));
-  socket.end(
+  socket.end(rawProblem(code, detail));
+}
+
+/** A whole HTTP/1.1 answer carrying a problem, for a socket node:http no longer answers on; it closes the connection. */
+function rawProblem(code: ProblemCode, detail: string, extra: Record<string, unknown> = {}): string {
+  const { status } = PROBLEMS[code];
+  const body = JSON.stringify(problemBody(code, detail, extra));
+  return (
     `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\n` +
-      `content-type: ${PROBLEM_CONTENT_TYPE}\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
-      `connection: close\r\n\r\n${body}`,
+    `content-type: ${PROBLEM_CONTENT_TYPE}\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+    `connection: close\r\n\r\n${body}`
   );
 }
 
@@ -140,6 +145,26 @@ export function refuseUnknownExpectations(server: Server): void {
       connection: 'close',
     });
     res.end(body);
+  });
+}
+
+/**
+ * Methods node:http never hands to a request handler: `CONNECT` goes to the server's
+ * 'connect' event, and without a listener Node closes the connection without a word.
+ * Answered here instead, on both listeners, as a 405 problem (fencegate is not a forward
+ * proxy) before the connection closes: the connection is a tunnel from here on, so it is
+ * not reused. (An `Upgrade` request without an 'upgrade' listener is served as a plain
+ * request by Node, and answered by the routes like any other.)
+ */
+export function refuseTunnels(server: Server): void {
+  server.on('connect', (req: IncomingMessage, socket: Socket) => {
+    socket.on('error', () => socket.destroy());
+    const method = req.method ?? 'CONNECT';
+    socket.end(
+      rawProblem('method-not-allowed', `${method} is not served here: fencegate is not a forward proxy`, {
+        method,
+      }),
+    );
   });
 }
 

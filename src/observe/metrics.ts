@@ -399,7 +399,7 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
     }),
     authRefusals: new Counter({
       name: 'fencegate_auth_refusals_total',
-      help: 'Control-listener requests refused by the auth file: unauthenticated (401), forbidden (403)',
+      help: 'Control-listener requests refused by the auth file: unauthenticated (401), forbidden (403), throttled or busy (429)',
       labelNames: ['reason'] as const,
       registers,
     }),
@@ -493,7 +493,8 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
   for (const outcome of ['granted', 'held']) metrics.acquireSeconds.zero({ outcome });
   for (const end of ['released', 'expired']) metrics.holdSeconds.zero({ end });
   for (const reason of CUT_REASONS) metrics.forwardsCut.inc({ reason }, 0);
-  for (const reason of ['unauthenticated', 'forbidden']) metrics.authRefusals.inc({ reason }, 0);
+  for (const reason of ['unauthenticated', 'forbidden', 'throttled', 'busy'])
+    metrics.authRefusals.inc({ reason }, 0);
   return metrics;
 }
 

@@ -1,8 +1,9 @@
 /**
  * The sequencer format: `base64url(payload) "." base64url(signature)`, where payload is
- * the UTF-8 JSON object `{"v":1,"kid","lock","token","lease","epoch","exp"}` (token a
- * decimal string, exp the lease's expiry in ms on the store's clock) and signature is
- * Ed25519 over the payload bytes. Clients treat it as opaque; only this module reads it.
+ * the UTF-8 JSON object `{"v":2,"kid","ns","lock","token","lease","epoch","exp"}` (ns the
+ * store namespace, token a decimal string, exp the lease's expiry in ms on the store's
+ * clock) and signature is Ed25519 over the payload bytes. Clients treat it as opaque;
+ * only this module reads it. Version 1 (no `ns`) is no longer accepted.
  */
 import { sign, verify, type KeyObject } from 'node:crypto';
 import { checkLockKey } from '../lock-keys.js';
@@ -11,6 +12,8 @@ import { parseToken, type FencingToken } from '../tokens.js';
 export interface SequencerClaims {
   /** Id of the key that signed it. */
   kid: string;
+  /** The store namespace (Redis key prefix, Postgres or embedded schema) of the issuing deployment. */
+  ns: string;
   lock: string;
   token: FencingToken;
   leaseId: string;
@@ -28,8 +31,9 @@ const B64URL = /^[A-Za-z0-9_-]+$/;
 export function signSequencer(claims: SequencerClaims, key: KeyObject): string {
   const payload = Buffer.from(
     JSON.stringify({
-      v: 1,
+      v: 2,
       kid: claims.kid,
+      ns: claims.ns,
       lock: claims.lock,
       token: claims.token.toString(10),
       lease: claims.leaseId,
@@ -74,14 +78,15 @@ export function decodeSequencer(text: string): DecodedSequencer {
 function claimsOf(data: unknown): SequencerClaims | null {
   if (typeof data !== 'object' || data === null || Array.isArray(data)) return null;
   const o = data as Record<string, unknown>;
-  if (o.v !== 1 || Object.keys(o).length !== 7) return null;
-  const { kid, lock, token, lease, epoch, exp } = o;
-  if (typeof kid !== 'string' || typeof lock !== 'string' || !checkLockKey(lock).ok) return null;
+  if (o.v !== 2 || Object.keys(o).length !== 8) return null;
+  const { kid, ns, lock, token, lease, epoch, exp } = o;
+  if (typeof kid !== 'string' || typeof ns !== 'string') return null;
+  if (typeof lock !== 'string' || !checkLockKey(lock).ok) return null;
   const parsed = parseToken(token);
   if (!parsed.ok || typeof lease !== 'string' || lease.length === 0) return null;
   if (epoch !== null && typeof epoch !== 'string') return null;
   if (typeof exp !== 'number' || !Number.isSafeInteger(exp) || exp <= 0) return null;
-  return { kid, lock, token: parsed.token, leaseId: lease, epoch, expiresAt: exp };
+  return { kid, ns, lock, token: parsed.token, leaseId: lease, epoch, expiresAt: exp };
 }
 
 export function verifySignature(decoded: { payload: Buffer; signature: Buffer }, key: KeyObject): boolean {

@@ -2,4 +2,9 @@ export { decodeSequencer, signSequencer, MAX_SEQUENCER_LENGTH, type SequencerCla
 export { SequencerIssuer } from './issuer.js';
 export { KeyRing, type Jwk, type SigningKey } from './keyring.js';
 export * from './keys.js';
-export { SequencerVerifier, type SequencerVerdict } from './verifier.js';
+export {
+  SequencerVerifier,
+  storeAudience,
+  type SequencerAudience,
+  type SequencerVerdict,
+} from './verifier.js';

@@ -4,10 +4,15 @@
  * sequencer signed with a key id it does not know yet) re-reads it. Refreshes caused by
  * unknown key ids are rate-limited, so a flood of forged key ids costs one file read per
  * interval, not one per request. A file that fails to load keeps the last good keys.
+ *
+ * Like SSH with a private key, it refuses a key file that group or others may read or
+ * write (mode & 077): whoever reads it can sign sequencers. `allowReadable` loads such a
+ * file anyway and says so (`onWarning`) at every load.
  */
 import { unwatchFile, watchFile, type Stats } from 'node:fs';
+import { stat } from 'node:fs/promises';
 import type { KeyObject } from 'node:crypto';
-import { privateKeyOf, publicKeyOf, readKeyFile, type KeyFile } from './keys.js';
+import { privateKeyOf, publicKeyOf, readKeyFile, SequencerKeyError, type KeyFile } from './keys.js';
 
 export interface SigningKey {
   kid: string;
@@ -28,6 +33,30 @@ export interface KeyRingOptions {
   refreshIntervalMs?: number;
   /** Called when a reload fails (the last good keys stay in use). */
   onError?: (err: unknown) => void;
+  /** Load a file group or others may access, and warn, instead of refusing it (--allow-readable-key-file). */
+  allowReadable?: boolean;
+  /** Called with what is wrong with a file loaded anyway (allowReadable). */
+  onWarning?: (message: string) => void;
+}
+
+/** Reads the key file after checking who else may read it (see the module comment). */
+async function readPrivateKeyFile(path: string, options: KeyRingOptions): Promise<KeyFile> {
+  let mode: number | null = null;
+  try {
+    if (process.platform !== 'win32') mode = (await stat(path)).mode & 0o777;
+  } catch {
+    // readKeyFile says why the file cannot be read.
+  }
+  if (mode !== null && (mode & 0o077) !== 0) {
+    const octal = mode.toString(8).padStart(4, '0');
+    const problem = `${path}: the sequencer key file is readable by group or others (mode ${octal}); whoever reads it can sign sequencers`;
+    if (!options.allowReadable)
+      throw new SequencerKeyError(
+        `${problem}: chmod 600 it, or pass --allow-readable-key-file to load it anyway`,
+      );
+    options.onWarning?.(`${problem} (loaded: --allow-readable-key-file)`);
+  }
+  return readKeyFile(path);
 }
 
 export class KeyRing {
@@ -49,7 +78,7 @@ export class KeyRing {
   }
 
   static async open(path: string, options: KeyRingOptions = {}): Promise<KeyRing> {
-    return new KeyRing(path, await readKeyFile(path), options);
+    return new KeyRing(path, await readPrivateKeyFile(path, options), options);
   }
 
   private static build(file: KeyFile): [SigningKey, Map<string, KeyObject>, Jwk[]] {
@@ -85,7 +114,7 @@ export class KeyRing {
   /** Re-reads the key file; true when it loaded (false keeps the last good keys). */
   async reload(): Promise<boolean> {
     try {
-      const built = KeyRing.build(await readKeyFile(this.path));
+      const built = KeyRing.build(await readPrivateKeyFile(this.path, this.options));
       [this.signing, this.publicKeys, this.published] = built;
       return true;
     } catch (err) {

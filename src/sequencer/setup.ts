@@ -19,13 +19,19 @@ export async function openSequencerKeys(
   configured: string | null,
   storeSpec: string,
   log: (line: string) => void,
+  opts: { allowReadable?: boolean } = {},
 ): Promise<KeyRing | null> {
   const onError = (err: unknown) =>
     log(
       `sequencer keys: reload failed, keeping the last good keys: ${err instanceof Error ? err.message : String(err)}`,
     );
+  const ringOptions = {
+    onError,
+    allowReadable: opts.allowReadable ?? false,
+    onWarning: (w: string) => log(`sequencer keys: ${w}`),
+  };
   if (configured !== null) {
-    return KeyRing.open(configured, { onError }).catch((err: unknown) => {
+    return KeyRing.open(configured, ringOptions).catch((err: unknown) => {
       const missing = (err as { cause?: { code?: unknown } }).cause?.code === 'ENOENT';
       if (!missing) throw err;
       throw new SequencerKeyError(
@@ -44,12 +50,12 @@ export async function openSequencerKeys(
   const path = join(storeSpec, EMBEDDED_KEY_FILE);
   // A key file already there is read, never written again: a start on a full or read-only
   // disk must not fail making a file it does not need (KeyRing.open checks it is valid).
-  if (existsSync(path)) return KeyRing.open(path, { onError });
+  if (existsSync(path)) return KeyRing.open(path, ringOptions);
   try {
     await writeKeyFile(path, initKeyFile(), { exclusive: true });
     log(`sequencer keys: made ${path}`);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
   }
-  return KeyRing.open(path, { onError });
+  return KeyRing.open(path, ringOptions);
 }

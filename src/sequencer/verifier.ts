@@ -6,14 +6,46 @@
  * this lock and that its lease has not expired.
  *
  * Expiry is judged on the store's clock as this process estimates it (`clock`), since
- * the sequencer carries the lease's expiry in that clock: see docs/security.md.
+ * the sequencer carries the lease's expiry in that clock: see docs/security.md. Its
+ * namespace and epoch must be this gateway's store's (`audience`): a sequencer issued
+ * for another deployment that shares the key file, or before the store's epoch changed,
+ * is refused (on cache hits too).
  */
 import { decodeSequencer, verifySignature, type SequencerClaims } from './format.js';
 import type { KeyRing } from './keyring.js';
+import { defaultNamespace } from '../store/namespace.js';
+import type { Store } from '../store/types.js';
 
 export type SequencerVerdict = { ok: true; claims: SequencerClaims } | { ok: false; reason: string };
 
 export const DEFAULT_CACHE_ENTRIES = 10_000;
+
+/** Whom a sequencer must be for: this gateway's store namespace and its current epoch id (null: none yet). */
+export interface SequencerAudience {
+  ns: string;
+  epoch(): string | null;
+}
+
+/**
+ * The audience of a gateway on `store`: its namespace (default: the store's default one)
+ * and its epoch id, read now and again whenever the store reports a reset.
+ */
+export async function storeAudience(
+  store: Store,
+  namespace?: string | null,
+): Promise<SequencerAudience & { close(): void }> {
+  let epoch: string | null = null;
+  const read = () =>
+    store
+      .health()
+      .then((h) => {
+        epoch = h.epoch?.id ?? epoch;
+      })
+      .catch(() => undefined);
+  await read();
+  const unwatch = store.onReset(() => void read());
+  return { ns: namespace ?? defaultNamespace(store.kind), epoch: () => epoch, close: unwatch };
+}
 
 export class SequencerVerifier {
   private readonly cache = new Map<string, SequencerClaims>();
@@ -22,6 +54,7 @@ export class SequencerVerifier {
     private readonly keys: KeyRing,
     /** Store-clock ms now (an estimate that errs late, so expiry is judged early). */
     private readonly clock: () => number,
+    private readonly audience: SequencerAudience,
     private readonly maxEntries = DEFAULT_CACHE_ENTRIES,
   ) {}
 
@@ -55,6 +88,14 @@ export class SequencerVerifier {
       claims = decoded.claims;
       if (claims.expiresAt > this.clock()) this.remember(text, claims);
     }
+    if (claims.ns !== this.audience.ns)
+      return {
+        ok: false,
+        reason: `the sequencer was issued for another store namespace, not "${this.audience.ns}"`,
+      };
+    const epoch = this.audience.epoch();
+    if (claims.epoch !== epoch)
+      return { ok: false, reason: "the sequencer was issued in another epoch than the store's current one" };
     if (claims.lock !== lock)
       return { ok: false, reason: `the sequencer is for lock "${claims.lock}", not "${lock}"` };
     if (claims.expiresAt <= this.clock())

@@ -5,6 +5,8 @@
  * with `pg_` (reserved by Postgres). It never contains braces or glob characters (Redis
  * hash tags, SCAN patterns) and fits a Postgres identifier.
  */
+import type { StoreKind } from './types.js';
+
 const NAMESPACE = /^[A-Za-z0-9_-]{1,53}$/;
 
 export const NAMESPACE_RULE = 'use 1-53 of A-Z a-z 0-9 _ - (not starting with pg_)';
@@ -15,4 +17,9 @@ export function namespaceProblem(ns: string): string | null {
     return `invalid store namespace ${JSON.stringify(ns)}: ${NAMESPACE_RULE}`;
   }
   return null;
+}
+
+/** The namespace a store uses when none is configured: Redis `fg`; Postgres, embedded and etcd `fencegate`. */
+export function defaultNamespace(kind: StoreKind): string {
+  return kind === 'redis' ? 'fg' : 'fencegate';
 }

@@ -71,15 +71,20 @@ describe('fencegate auth hash', () => {
       const [code] = (await once(proc, 'exit')) as [number];
       return { code, stdout, stderr };
     };
-    const key = 'an-operator-chosen-key-with-enough-entropy';
+    const key = 'op.an-operator-chosen-key-with-enough-entropy';
     const ok = await run(`${key}\n`);
     expect(ok.code).toBe(0);
     const parsed = parseKeyHash(ok.stdout.trim());
     if (typeof parsed === 'string') throw new Error(parsed);
     expect(await verifyApiKey(key, parsed)).toBe(true);
-    const short = await run('short\n');
+    const short = await run('op.short\n');
     expect(short.code).toBe(2);
-    expect(short.stderr).toMatch(/^fencegate: an API key must have at least 24 characters\n$/);
+    expect(short.stderr).toMatch(
+      /^fencegate: an API key's secret \(after "op\."\) must have at least 24 characters\n$/,
+    );
+    const noId = await run('an-operator-chosen-key-with-enough-entropy\n');
+    expect(noId.code).toBe(2);
+    expect(noId.stderr).toMatch(/must be "<id>\.<secret>"/);
   });
 
   it('is in --help, with the serve flags', async () => {
@@ -122,9 +127,9 @@ public: []
     await expect(anonymous.acquire('jobs/1', { owner: 'w' })).rejects.toMatchObject({ status: 401 });
     const fg = new FencegateClient({ url: control, apiKey: worker.key });
     const lock = await fg.acquire('jobs/1', { owner: 'w', ttlMs: 2000, autoRenew: false });
-    expect(lock.owner).toBe('worker/w');
+    expect(lock.owner).toBe('@worker/w');
     await lock.renew();
-    expect(await fg.inspect('jobs/1')).toMatchObject({ held: true, owner: 'worker/w' });
+    expect(await fg.inspect('jobs/1')).toMatchObject({ held: true, owner: '@worker/w' });
     expect(await lock.release()).toBe(true);
     await expect(fg.acquire('other/1', { owner: 'w' })).rejects.toMatchObject({ status: 403 });
   }, 180_000);

@@ -59,7 +59,8 @@ interface Control {
   close(): Promise<void>;
 }
 
-async function control(store: Store, text = authText): Promise<Control> {
+/** The control listener on `store`, with the auth file `text` (null: without one). */
+async function control(store: Store, text: string | null = authText): Promise<Control> {
   const metrics = createMetrics({ defaultMetrics: false });
   const issuer = new Issuer(store, metrics);
   const events = new EventLog();
@@ -70,7 +71,7 @@ async function control(store: Store, text = authText): Promise<Control> {
     events,
     defaultTtlMs: 10_000,
     logLevel: 'silent',
-    auth: new Authenticator(parseAuthText('auth.yaml', text)),
+    auth: text === null ? null : new Authenticator(parseAuthText('auth.yaml', text)),
   });
   return {
     app,
@@ -184,10 +185,10 @@ describe('control listener with an auth file', () => {
   it('lets the granted principal through, and admin everywhere', async () => {
     const a = await call(c.app, 'bob', 'POST', '/v1/locks/orders%2Fok/acquire', { owner: 'w', ttlMs: 5000 });
     expect(a.statusCode).toBe(200);
-    expect(a.json().owner).toBe('bob/w');
+    expect(a.json().owner).toBe('@bob/w');
     expect((await call(c.app, 'ops', 'GET', '/v1/locks/orders%2Fok')).json()).toMatchObject({
       held: true,
-      owner: 'bob/w',
+      owner: '@bob/w',
     });
     expect((await call(c.app, 'ops', 'GET', '/v1/status')).statusCode).toBe(200);
     expect((await call(c.app, 'reader', 'GET', '/v1/status')).statusCode).toBe(200);
@@ -313,7 +314,7 @@ describe.each(STORE_FIXTURES)('owners bound to principals ($name store)', (fixtu
     });
     expect(taken.statusCode).toBe(200);
     const lease = taken.json() as { leaseId: string; token: string; owner: string };
-    expect(lease.owner).toBe('alice/worker-1');
+    expect(lease.owner).toBe('@alice/worker-1');
 
     // bob sends alice's exact request again: he is not given her lease.
     const replay = await call(c.app, 'bob', 'POST', url('acquire'), {
@@ -332,7 +333,7 @@ describe.each(STORE_FIXTURES)('owners bound to principals ($name store)', (fixtu
       expect(r.json()).toMatchObject({ type: 'urn:fencegate:forbidden', principal: 'bob', verb: op });
     }
     const state = (await call(c.app, 'alice', 'GET', '/v1/locks/orders%2Fbound')).json();
-    expect(state).toMatchObject({ held: true, owner: 'alice/worker-1', token: lease.token });
+    expect(state).toMatchObject({ held: true, owner: '@alice/worker-1', token: lease.token });
 
     // alice's own retry is the same lease; her renew and release work.
     const mine = await call(c.app, 'alice', 'POST', url('acquire'), {
@@ -355,7 +356,7 @@ describe.each(STORE_FIXTURES)('owners bound to principals ($name store)', (fixtu
       requestId: 'req-1',
     });
     expect(after.statusCode).toBe(200);
-    expect(after.json()).toMatchObject({ owner: 'bob/worker-1', replayed: false });
+    expect(after.json()).toMatchObject({ owner: '@bob/worker-1', replayed: false });
     expect(after.json().leaseId).not.toBe(lease.leaseId);
     const ended = await call(c.app, 'alice', 'POST', url('acquire'), {
       owner: 'worker-1',
@@ -363,5 +364,30 @@ describe.each(STORE_FIXTURES)('owners bound to principals ($name store)', (fixtu
       requestId: 'req-1',
     });
     expect(ended.json().type).toBe('urn:fencegate:replay-ended');
+  });
+
+  it('a lease taken without a principal is renewable by none, whatever its owner says', async () => {
+    // Before the auth file: no credentials, owners recorded as sent.
+    const before = await control(h.store, null);
+    const open = before.app;
+    try {
+      const url = (op: string) => `/v1/locks/orders%2Fearly/${op}`;
+      const post = (op: string, body: unknown) => call(open, null, 'POST', url(op), body);
+      // An owner that names alice the way bound owners do is refused outright.
+      const looksBound = await post('acquire', { owner: '@alice/x', ttlMs: 10_000 });
+      expect(looksBound.statusCode).toBe(400);
+      expect(looksBound.json()).toMatchObject({ type: 'urn:fencegate:bad-request', field: 'owner' });
+      const early = await post('acquire', { owner: 'alice/x', ttlMs: 10_000 });
+      expect(early.statusCode).toBe(200);
+      const lease = early.json() as { leaseId: string };
+      // Now with the auth file: alice may not renew or release it, nor may anyone else.
+      for (const who of ['alice', 'bob'] as const)
+        for (const op of ['renew', 'release']) {
+          const r = await call(c.app, who, 'POST', url(op), { leaseId: lease.leaseId });
+          expect(r.statusCode, `${who} ${op}`).toBe(403);
+        }
+    } finally {
+      await before.close();
+    }
   });
 });

@@ -85,7 +85,7 @@ describe('client certificates name principals on the control listener', () => {
   it("a verified certificate is the principal's credential: its grants decide, its name binds the owner", async () => {
     const granted = await acquire('jobs/1');
     expect(granted.status).toBe(200);
-    expect(JSON.parse(granted.text)).toMatchObject({ owner: 'svc/w1' });
+    expect(JSON.parse(granted.text)).toMatchObject({ owner: '@svc/w1' });
 
     const outside = await acquire('orders/1');
     expect(outside.status).toBe(403);
@@ -108,6 +108,6 @@ describe('client certificates name principals on the control listener', () => {
     // The key still works over the same mTLS listener.
     const byKey = await acquire('orders/3', { authorization: `Bearer ${aliceKey}` });
     expect(byKey.status).toBe(200);
-    expect(JSON.parse(byKey.text)).toMatchObject({ owner: 'alice/w1' });
+    expect(JSON.parse(byKey.text)).toMatchObject({ owner: '@alice/w1' });
   });
 });

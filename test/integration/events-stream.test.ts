@@ -8,25 +8,11 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import { EventLog, type EventInput, type FenceEvent } from '../../src/observe/events.js';
 import eventsRoutes from '../../src/control/events-routes.js';
+import { staleEvent } from '../helpers/events.js';
 import { openSse } from '../helpers/sse.js';
 import { sleep } from '../helpers/wait.js';
 
-function input(i: number, pathBytes = 16): EventInput {
-  return {
-    time: new Date().toISOString(),
-    type: 'fenced-write',
-    reason: 'stale',
-    route: 'r',
-    lock: `order:${i % 3}`,
-    token: String(i),
-    highest: String(i + 1),
-    enforced: true,
-    client: '127.0.0.1',
-    owner: null,
-    method: 'PUT',
-    path: `/orders/${'x'.repeat(pathBytes)}`,
-  };
-}
+const input = (i: number, pathBytes = 16): EventInput => staleEvent(i, `order:${i % 3}`, pathBytes);
 
 describe('events stream', () => {
   let app: FastifyInstance | null = null;

@@ -36,7 +36,7 @@ import {
   type TestUpstream,
 } from '../helpers/gateway-harness.js';
 import { closeSharedStores, GATEWAY_STORES, type OpenedStore } from '../helpers/gateway-stores.js';
-import { sleep } from '../helpers/wait.js';
+import { sleep, waitUntil } from '../helpers/wait.js';
 
 afterAll(closeSharedStores);
 
@@ -158,6 +158,57 @@ describe.each(GATEWAY_STORES)('sequencer routes on $name store', (factory) => {
     return { a, b };
   }
 
+  it('refuses a genuine sequencer issued for another store namespace, or before an epoch bump', async () => {
+    const orderId = id();
+    const g = await acquire(orderId, 'w1');
+    // Another deployment sharing the key file (another --store-namespace) signs with the same key.
+    const elsewhere = new SequencerIssuer(keys, store, 'another-deployment');
+    const lease = await store.inspect(`order:${orderId}`);
+    const foreign = await elsewhere.sign({
+      key: `order:${orderId}`,
+      owner: 'w1',
+      leaseId: g.leaseId,
+      token: BigInt(g.token),
+      expiresAt: Date.parse(g.expiresAt),
+    } as Parameters<SequencerIssuer['sign']>[0]);
+    expect(lease?.highest ?? null).toBeNull();
+    const refused = await put(orderId, { 'fencing-sequencer': foreign });
+    expect(refused.status).toBe(403);
+    expect(refused.body.detail).toMatch(/another store namespace/);
+    expect(upstream.hits).toHaveLength(0);
+    // After an epoch bump the old sequencer is refused (below the floor, or of another
+    // epoch); a new grant's, signed in the new epoch, is admitted once this gateway saw it.
+    await store.bumpEpoch();
+    const fresh = await acquire(id(), 'w2');
+    const freshId = fresh.key.slice('order:'.length);
+    await waitUntil(
+      'a sequencer of the new epoch admitted',
+      async () => {
+        const r = await put(freshId, { 'fencing-sequencer': fresh.sequencer });
+        return r.status === 200;
+      },
+      { timeoutMs: 15_000, everyMs: 100 },
+    );
+    // Refused as of another epoch (403) once this process saw the bump, else as below the floor (409).
+    const old = await put(orderId, { 'fencing-sequencer': g.sequencer });
+    expect([403, 409]).toContain(old.status);
+    expect(upstream.hits).toHaveLength(1);
+  });
+
+  it('a released sequencer is admitted after a new grant until the new holder writes (docs/security.md threat table)', async () => {
+    const orderId = id();
+    const a = await acquire(orderId, 'A');
+    await release(a);
+    const b = await acquire(orderId, 'B');
+    // What the threat table says a released (or superseded) sequencer can still do: write
+    // while the new holder has not written and its own exp has not passed.
+    expect((await put(orderId, { 'fencing-sequencer': a.sequencer }, 'late A')).status).toBe(200);
+    expect((await put(orderId, { 'fencing-sequencer': b.sequencer }, 'B')).status).toBe(200);
+    // Once the new holder wrote, it is stale.
+    expect((await put(orderId, { 'fencing-sequencer': a.sequencer }, 'later A')).status).toBe(409);
+    expect(upstream.hits).toHaveLength(2);
+  });
+
   it("forwards the holder's write with its Fencing-Token, never the sequencer", async () => {
     const orderId = id();
     const g = await acquire(orderId, 'w1');
@@ -275,6 +326,7 @@ describe.each(GATEWAY_STORES)('sequencer routes on $name store', (factory) => {
     const first = BigInt(a.token) - 2n > 0n ? BigInt(a.token) - 2n : 1n;
     for (let t = first; t <= BigInt(b.token) + 3n; t++) {
       const claims = {
+        ns: 'fencegate',
         lock: `order:${orderId}`,
         token: t,
         leaseId: b.leaseId,

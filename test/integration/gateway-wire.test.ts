@@ -1,6 +1,8 @@
 /**
  * The gateway on the wire, with raw sockets: header bytes that are UTF-8 (Node reads
- * them as latin1) and `Expect: 100-continue` (no 100 before the fence decided).
+ * them as latin1), `Expect: 100-continue` (no 100 before the fence decided), and the
+ * requests node:http hands to other events than 'request' (CONNECT, Upgrade, bytes its
+ * parser refuses), answered as problems with the refusal lane on and off.
  */
 import { connect, type Socket } from 'node:net';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -228,5 +230,48 @@ describe('gateway on the wire', () => {
       second.end();
       expect(upstream.hits).toHaveLength(2);
     });
+  });
+});
+
+describe.each([true, false])('requests node:http does not hand to a handler (refusal lane %s)', (lane) => {
+  let upstream: TestUpstream;
+  let gw: TestGateway;
+  beforeEach(async () => {
+    upstream = await startUpstream();
+    gw = await startGateway({
+      store: new MemoryStore(),
+      policy: ordersPolicy(upstream.url),
+      refusalLane: lane,
+    });
+  });
+  afterEach(async () => {
+    await gw.close();
+    await upstream.close();
+  });
+
+  it('answers CONNECT with a 405 problem, then closes the connection', async () => {
+    const wire = new Wire(gw.port);
+    wire.write('CONNECT upstream.example:443 HTTP/1.1\r\nHost: upstream.example:443\r\n\r\n');
+    const got = await wire.until(() => wire.closed);
+    expect(got).toMatch(/^HTTP\/1\.1 405 Method Not Allowed\r\n/);
+    expect(got).toMatch(/content-type: application\/problem\+json/);
+    expect(got).toMatch(/connection: close/);
+    expect(JSON.parse(got.slice(got.indexOf('\r\n\r\n') + 4))).toMatchObject({
+      type: 'urn:fencegate:method-not-allowed',
+      method: 'CONNECT',
+    });
+    expect(wire.closed).toBe(true);
+    expect(upstream.hits).toHaveLength(0);
+  });
+
+  it('answers an Upgrade request as a plain request, and bytes the parser refuses with a 400 problem', async () => {
+    const up = new Wire(gw.port);
+    up.write('GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n');
+    expect(await up.until(finalResponse)).toMatch(/^HTTP\/1\.1 404 [^]*"type":"urn:fencegate:no-route"/);
+    up.end();
+    const pri = new Wire(gw.port);
+    pri.write('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+    const got = await pri.until(() => pri.closed);
+    expect(got).toMatch(/^HTTP\/1\.1 400 [^]*"type":"urn:fencegate:bad-request"/);
   });
 });

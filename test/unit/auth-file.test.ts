@@ -88,7 +88,7 @@ public: [healthz, admin]
 `;
     expect(errorsOf(text)).toEqual([
       'auth.yaml:13:19: public[1]: must be one of healthz, readyz, metrics, keys',
-      'auth.yaml:3:12: principals[0].keys[0]: must be "scrypt$N$r$p$salt$hash" (the output of fencegate auth hash)',
+      'auth.yaml:3:12: principals[0].keys[0]: must be "scrypt$N$r$p$salt$hash" or "scrypt$N$r$p$salt$hash$id" (the output of fencegate auth hash)',
       'auth.yaml:5:24: principals[0].grants[0].verbs[1]: unknown verb; one of acquire, renew, release, lease, read, events, admin',
       'auth.yaml:10:5: principals[1].colour: unknown field; allowed: name, keys, certificates, grants',
       'auth.yaml:7:11: principals[1].name: must be 1–64 characters of letters, digits, ".", "_" or "-" (no "/")',
@@ -110,7 +110,7 @@ public: [healthz, admin]
     expect(errorsOf(dup)).toEqual(
       expect.arrayContaining([
         'auth.yaml:3:13: principals[1].name: "a" is also principals[0]',
-        'auth.yaml:3:23: principals[1].keys[0]: the same key salt as principals[0]',
+        'auth.yaml:3:23: principals[1].keys[0]: the same key id (or salt) as principals[0]',
         'auth.yaml:4:46: principals[2].certificates[0].fingerprint: must be a SHA-256 fingerprint: 64 hex digits, colons allowed',
       ]),
     );
@@ -174,8 +174,10 @@ describe('grants and certificates', () => {
   });
 
   it('binds owners to principals: the principal is what comes before the first "/"', () => {
-    expect(boundOwner('worker', 'w/1')).toBe('worker/w/1');
-    expect(ownerPrincipal('worker/w/1')).toBe('worker');
+    expect(boundOwner('worker', 'w/1')).toBe('@worker/w/1');
+    expect(ownerPrincipal('@worker/w/1')).toBe('worker');
+    // Sent without a principal (before an auth file existed): names nobody, whatever its text.
+    expect(ownerPrincipal('worker/w/1')).toBeNull();
     expect(ownerPrincipal('w1')).toBeNull();
     expect(ownerPrincipal(null)).toBeNull();
   });

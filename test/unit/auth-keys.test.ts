@@ -56,7 +56,7 @@ describe('API keys', () => {
   });
 
   it('a key of another form gets a random salt, and verifies', async () => {
-    const key = 'correct-horse-battery-staple-0123456789';
+    const key = 'horse.correct-horse-battery-staple-0123456789';
     const a = await hashApiKey(key);
     const b = await hashApiKey(key);
     expect(a).not.toBe(b);
@@ -66,7 +66,10 @@ describe('API keys', () => {
       expect(await verifyApiKey(key, parsed)).toBe(true);
       expect(await verifyApiKey(`${key}x`, parsed)).toBe(false);
     }
-    await expect(hashApiKey('short')).rejects.toThrow(/at least 24 characters/);
+    await expect(hashApiKey('id.short')).rejects.toThrow(/at least 24 characters/);
+    // Without an id no hash could be found for it without trying every one: refused.
+    await expect(hashApiKey('correct-horse-battery-staple-0123456789')).rejects.toThrow(/<id>\.<secret>/);
+    expect(a.split('$')[6]).toBe('horse');
     await expect(hashApiKey('has a space in it, which is not ok')).rejects.toThrow(/printable ASCII/);
   });
 
@@ -101,7 +104,7 @@ describe('Authenticator', () => {
   async function setup() {
     const alice = await generateApiKey();
     const bob = await generateApiKey();
-    const custom = 'a-key-chosen-by-the-operator-42';
+    const custom = 'ops.a-key-chosen-by-the-operator-42';
     const text = `principals:
   - name: alice
     keys: ['${alice.hash}']

@@ -131,6 +131,8 @@ function threeValues(row: SettingRow): [string, string, string] {
       return ['0.1', '0.2', '0.3'];
     case 'workers':
       return ['2', '3', '4'];
+    case 'hosts':
+      return ['from-file.example', 'from-env.example', 'from-flag.example'];
   }
 }
 

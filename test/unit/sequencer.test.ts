@@ -1,4 +1,4 @@
-import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -29,7 +29,8 @@ beforeEach(async () => {
 });
 afterEach(() => rm(dir, { recursive: true, force: true }));
 
-const claims = (over: Partial<SequencerClaims> = {}): Omit<SequencerClaims, 'kid'> => ({
+const claims = (over: Partial<Omit<SequencerClaims, 'kid'>> = {}): Omit<SequencerClaims, 'kid'> => ({
+  ns: 'fencegate',
   lock: 'order:42',
   token: 42n,
   leaseId: 'lease-1',
@@ -38,9 +39,15 @@ const claims = (over: Partial<SequencerClaims> = {}): Omit<SequencerClaims, 'kid
   ...over,
 });
 
+/** This gateway's store: namespace fencegate, epoch e1 (a test may move it). */
+const audience = { ns: 'fencegate', epochId: 'e1' as string | null, epoch: () => audience.epochId };
+beforeEach(() => {
+  audience.epochId = 'e1';
+});
+
 async function ringAndVerifier(now: () => number = Date.now) {
   const ring = await KeyRing.open(file);
-  return { ring, verifier: new SequencerVerifier(ring, now, 4) };
+  return { ring, verifier: new SequencerVerifier(ring, now, audience, 4) };
 }
 
 function mint(ring: KeyRing, over: Partial<SequencerClaims> = {}): string {
@@ -119,6 +126,35 @@ describe('sequencer verification', () => {
     });
   });
 
+  it('refuses a sequencer of another store namespace or epoch, cached or not', async () => {
+    const { ring, verifier } = await ringAndVerifier();
+    expect(await verifier.verify(mint(ring, { ns: 'other-deployment' }), 'order:42')).toMatchObject({
+      ok: false,
+      reason: expect.stringMatching(/another store namespace/),
+    });
+    const s = mint(ring);
+    expect((await verifier.verify(s, 'order:42')).ok).toBe(true); // now cached
+    audience.epochId = 'e2'; // fencegate epoch bump, or the store was lost
+    expect(await verifier.verify(s, 'order:42')).toMatchObject({
+      ok: false,
+      reason: expect.stringMatching(/another epoch/),
+    });
+    expect((await verifier.verify(mint(ring, { epoch: 'e2' }), 'order:42')).ok).toBe(true);
+    // Version 1 (no namespace) is not a sequencer any more.
+    const v1 = Buffer.from(
+      JSON.stringify({
+        v: 1,
+        kid: ring.signer.kid,
+        lock: 'order:42',
+        token: '1',
+        lease: 'l',
+        epoch: 'e2',
+        exp: 1,
+      }),
+    ).toString('base64url');
+    expect(decodeSequencer(`${v1}.${'A'.repeat(86)}`)).toMatchObject({ ok: false });
+  });
+
   it('keeps at most its bound of entries', async () => {
     const { ring, verifier } = await ringAndVerifier();
     for (let t = 1n; t <= 10n; t++)
@@ -160,7 +196,7 @@ describe('sequencer verification', () => {
   it('a gateway learns a key promoted elsewhere by re-reading the file on an unknown kid, rate-limited', async () => {
     const issuerRing = await KeyRing.open(file);
     const gatewayRing = await KeyRing.open(file, { refreshIntervalMs: 60_000 });
-    const verifier = new SequencerVerifier(gatewayRing, Date.now);
+    const verifier = new SequencerVerifier(gatewayRing, Date.now, audience);
     const rotated = promoteNextKey(addNextKey(await readKeyFile(file)).file).file;
     await writeKeyFile(file, rotated);
     await issuerRing.reload();
@@ -177,6 +213,21 @@ describe('sequencer verification', () => {
 });
 
 describe('key file', () => {
+  it('is refused when group or others may read it, unless allowed (then warned about)', async () => {
+    await chmod(file, 0o644);
+    await expect(KeyRing.open(file)).rejects.toThrow(/readable by group or others \(mode 0644\).*chmod 600/);
+    const warnings: string[] = [];
+    const ring = await KeyRing.open(file, { allowReadable: true, onWarning: (w) => warnings.push(w) });
+    expect(ring.signer.kid).toMatch(/./);
+    expect(warnings).toEqual([expect.stringMatching(/mode 0644/)]);
+    // A reload of a file made readable meanwhile keeps the last good keys.
+    await chmod(file, 0o600);
+    const strict = await KeyRing.open(file, { onError: (e) => warnings.push(String(e)) });
+    await chmod(file, 0o640);
+    expect(await strict.reload()).toBe(false);
+    expect(warnings.at(-1)).toMatch(/mode 0640/);
+  });
+
   it('is written readable by its owner only, and never twice by init', async () => {
     expect((await stat(file)).mode & 0o777).toBe(0o600);
     await expect(writeKeyFile(file, initKeyFile(), { exclusive: true })).rejects.toMatchObject({

@@ -19,7 +19,7 @@ import * as fences from '../lmdb/fences.js';
 import * as idempotency from '../lmdb/idempotency.js';
 import * as locks from '../lmdb/locks.js';
 import { storeFailure } from '../failure.js';
-import { namespaceProblem } from '../namespace.js';
+import { defaultNamespace, namespaceProblem } from '../namespace.js';
 import { ResetWatch } from '../reset.js';
 import type {
   AcquireRequest,
@@ -52,7 +52,7 @@ import { KeyQueue } from './serial.js';
 import { TxnRunner } from './txn.js';
 import { WakeWatch } from './watch.js';
 
-export const DEFAULT_NAMESPACE = 'fencegate';
+export const DEFAULT_NAMESPACE = defaultNamespace('etcd');
 /** How long one etcd call may take before the operation fails (no quorum: fail closed). */
 const CALL_TIMEOUT_MS = 5000;
 

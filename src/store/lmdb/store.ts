@@ -14,7 +14,7 @@ import { existsSync, mkdirSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { StoreUnavailableError } from '../../errors.js';
 import { storeFailure } from '../failure.js';
-import { namespaceProblem } from '../namespace.js';
+import { defaultNamespace, namespaceProblem } from '../namespace.js';
 import type { FencingToken } from '../../tokens.js';
 import type {
   AcquireRequest,
@@ -55,7 +55,7 @@ import * as locks from './locks.js';
 import { housekeep } from './prune.js';
 import { WakeMesh, type Peer, type PeerRegistry } from './wakeup.js';
 
-export const DEFAULT_NAMESPACE = 'fencegate';
+export const DEFAULT_NAMESPACE = defaultNamespace('embedded');
 /** Where the PGlite embedded store of fencegate 0.1 kept its data: refused, see legacyRefusal. */
 const PGLITE_DATA_DIR = 'pgdata';
 /** Housekeeping starts at most this often per process. */

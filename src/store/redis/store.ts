@@ -33,7 +33,7 @@ import type {
   StoreReset,
 } from '../types.js';
 import { StoreUnavailableError } from '../../errors.js';
-import { namespaceProblem } from '../namespace.js';
+import { defaultNamespace, namespaceProblem } from '../namespace.js';
 import { type Connection, connect, createConnection, unavailable } from './connection.js';
 import { type Durability, checkDurability, infoField, RedisDurabilityError } from './durability.js';
 import {
@@ -617,7 +617,7 @@ class RedisStore implements Store {
  * opts.allowVolatileRedis). Creates the global epoch record when it is missing.
  */
 export async function openRedisStore(url: string, opts: StoreOptions = {}): Promise<Store> {
-  const prefix = opts.namespace ?? 'fg';
+  const prefix = opts.namespace ?? defaultNamespace('redis');
   const bad = namespaceProblem(prefix);
   if (bad !== null) throw new RangeError(bad);
   const conn = createConnection(url, {

@@ -5,13 +5,14 @@
  * src/store/lmdb/: docs/adr/0009-embedded-store.md.)
  */
 import { StoreUnavailableError } from '../../errors.js';
+import { defaultNamespace } from '../namespace.js';
 import type { Store, StoreOptions } from '../types.js';
 import { checkNamespace, quoteIdent, type SqlDriver } from './driver.js';
 import { PgDriver } from './pg-driver.js';
 import { queriesFor, schemaSql, SCHEMA_VERSION, type DurabilityRow } from './queries.js';
 import { SqlStore } from './sql-store.js';
 
-export const DEFAULT_NAMESPACE = 'fencegate';
+export const DEFAULT_NAMESPACE = defaultNamespace('postgres');
 
 /**
  * Fence batches (batcher.ts) in flight at once, and their size limit: a batch that waits
