@@ -8,7 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import type { FencingToken } from '../tokens.js';
 import type { Lease, Store } from '../store/types.js';
-import type { AcquireAnswer, AcquireManyInput, IssuerAcquireManyResult, QueueInput } from './service.js';
+import type { AcquireAnswer, AcquireManyInput, IssuerAcquireManyResult, QueueInput } from './types.js';
 
 /** What acquireAll needs of the issuer. */
 export interface ManyOps {
