@@ -225,19 +225,17 @@ export class Lock {
     if (this.released) return true;
     this.released = true;
     this.stopTimers();
-    try {
-      const r = await call<{ released: boolean }>(this.fetchImpl, this.url('release'), {
-        method: 'POST',
-        body: { leaseId: this.leaseId },
-        timeoutMs: this.options.requestTimeoutMs,
-        headers: this.options.headers,
-      });
-      if (r.ok) return true;
-      if (r.status === 409) return false;
-      throw r.error;
-    } finally {
-      if (!this.signal.aborted) this.controller.abort(new LeaseLostError('lock released', 0, null));
-    }
+    // The work is over from now: the signal fires first, which also cuts a renewal in flight.
+    if (!this.signal.aborted) this.controller.abort(new LeaseLostError('lock released', 0, null));
+    const r = await call<{ released: boolean }>(this.fetchImpl, this.url('release'), {
+      method: 'POST',
+      body: { leaseId: this.leaseId },
+      timeoutMs: this.options.requestTimeoutMs,
+      headers: this.options.headers,
+    });
+    if (r.ok) return true;
+    if (r.status === 409) return false;
+    throw r.error;
   }
 
   /** `await using lock = await fg.acquire(…)`: released when the block ends (errors of the release are thrown). */
