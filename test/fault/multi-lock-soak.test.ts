@@ -7,14 +7,9 @@
  * order; afterwards nothing is held. And a holder killed with kill -9 frees all its keys
  * once their TTL passes, with nothing released.
  */
-import type { AddressInfo } from 'node:net';
-import type { FastifyInstance } from 'fastify';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FencegateClient, LockHeldError } from '../../src/client/index.js';
-import { buildControl } from '../../src/control/control-server.js';
-import { Issuer } from '../../src/issuer/service.js';
-import { EventLog } from '../../src/observe/events.js';
-import { createMetrics } from '../../src/observe/metrics.js';
+import { listenControl, type TestControl } from '../helpers/control.js';
 import { STORE_FIXTURES, type Harness } from '../helpers/stores.js';
 import { sleep } from '../helpers/wait.js';
 import { startChildClient, type ChildClient } from './harness/index.js';
@@ -32,29 +27,17 @@ function pick(n: number): string[] {
 
 describe.each(STORE_FIXTURES)('multi-lock soak on $name', (fixture) => {
   let h: Harness;
-  let app: FastifyInstance;
-  let issuer: Issuer;
+  let control: TestControl;
   let url: string;
   const children: ChildClient[] = [];
   beforeEach(async () => {
     h = await fixture.open();
-    const metrics = createMetrics({ defaultMetrics: false });
-    issuer = new Issuer(h.store, metrics);
-    app = await buildControl({
-      store: h.store,
-      issuer,
-      metrics,
-      events: new EventLog(),
-      defaultTtlMs: 10_000,
-      logLevel: 'silent',
-    });
-    await app.listen({ host: '127.0.0.1', port: 0 });
-    url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+    control = await listenControl(h.store);
+    url = control.url;
   });
   afterEach(async () => {
     for (const c of children.splice(0)) await c.kill().catch(() => undefined);
-    issuer.shutdown();
-    await app.close();
+    await control.close();
     await h.close();
   });
 

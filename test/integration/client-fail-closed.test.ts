@@ -7,7 +7,6 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   AbortedError,
@@ -22,12 +21,9 @@ import {
   StoreUnavailableError,
   TimeoutError,
 } from '../../src/client/index.js';
-import { buildControl } from '../../src/control/control-server.js';
-import { Issuer } from '../../src/issuer/service.js';
-import { EventLog } from '../../src/observe/events.js';
-import { createMetrics } from '../../src/observe/metrics.js';
 import { openRedisStore } from '../../src/store/redis/store.js';
 import type { Store } from '../../src/store/types.js';
+import { listenControl } from '../helpers/control.js';
 import { echo, ordersPolicy, startGateway, startUpstream } from '../helpers/gateway-harness.js';
 import { startRedis, type RedisProcess } from '../helpers/procs.js';
 import { STORE_FIXTURES } from '../helpers/stores.js';
@@ -39,22 +35,9 @@ afterEach(async () => {
 });
 
 async function control(store: Store): Promise<string> {
-  const metrics = createMetrics({ defaultMetrics: false });
-  const issuer = new Issuer(store, metrics);
-  const app: FastifyInstance = await buildControl({
-    store,
-    issuer,
-    metrics,
-    events: new EventLog(),
-    defaultTtlMs: 10_000,
-    logLevel: 'silent',
-  });
-  cleanups.push(async () => {
-    issuer.shutdown();
-    await app.close();
-  });
-  await app.listen({ host: '127.0.0.1', port: 0 });
-  return `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+  const c = await listenControl(store);
+  cleanups.push(() => c.close());
+  return c.url;
 }
 
 /** An issuer on the embedded store (nothing to stop). */
