@@ -28,45 +28,68 @@ export interface HeldLock {
   expiresAt: number;
 }
 
+interface OwnerEntry {
+  /** grant id → what it holds, and its key as UTF-8 (compared often). */
+  grants: Map<string, { held: HeldLock; bytes: Buffer }>;
+  /** key → how many of the grants hold it. */
+  keys: Map<string, number>;
+  /** The grant with the highest key, or null when it must be found again. */
+  top: { held: HeldLock; bytes: Buffer } | null;
+}
+
 /**
  * Owner → the grants it holds through this issuer (by grant id). Kept in step with the
- * issuer's bounded grant tracking: it holds no more than that does.
+ * issuer's bounded grant tracking: it holds no more than that does. The check of an
+ * acquire is O(1) (the owner's highest key is kept), except after the highest grant ended
+ * or lapsed unswept: then one pass over that owner's grants finds the next.
  */
 export class OwnerHolds {
-  private readonly byOwner = new Map<string, Map<string, HeldLock>>();
+  private readonly byOwner = new Map<string, OwnerEntry>();
 
   add(owner: string, grantId: string, held: HeldLock): void {
-    let m = this.byOwner.get(owner);
-    if (m === undefined) this.byOwner.set(owner, (m = new Map()));
-    m.set(grantId, held);
+    let e = this.byOwner.get(owner);
+    if (e === undefined) this.byOwner.set(owner, (e = { grants: new Map(), keys: new Map(), top: null }));
+    const g = { held, bytes: Buffer.from(held.key, 'utf8') };
+    e.grants.set(grantId, g);
+    e.keys.set(held.key, (e.keys.get(held.key) ?? 0) + 1);
+    if (e.grants.size === 1 || (e.top !== null && Buffer.compare(g.bytes, e.top.bytes) > 0)) e.top = g;
   }
 
   remove(owner: string, grantId: string): void {
-    const m = this.byOwner.get(owner);
-    if (m === undefined) return;
-    m.delete(grantId);
-    if (m.size === 0) this.byOwner.delete(owner);
+    const e = this.byOwner.get(owner);
+    const g = e?.grants.get(grantId);
+    if (e === undefined || g === undefined) return;
+    e.grants.delete(grantId);
+    const n = (e.keys.get(g.held.key) ?? 1) - 1;
+    if (n > 0) e.keys.set(g.held.key, n);
+    else e.keys.delete(g.held.key);
+    if (e.grants.size === 0) this.byOwner.delete(owner);
+    else if (e.top === g) e.top = null;
   }
 
   /**
-   * The highest key (canonical order) `owner` holds live now that sorts after `first`,
+   * The highest key (canonical order) `owner` holds live now when it sorts after `first`,
    * the lowest key it asks for: an acquire of `first` is then out of order. null when
    * there is none, and when the owner holds `first` itself (a retry, not a new lock).
    */
   violatedBy(owner: string, first: string, now: number): string | null {
-    const m = this.byOwner.get(owner);
-    if (m === undefined) return null;
-    let above: string | null = null;
-    for (const h of m.values()) {
-      if (h.expiresAt <= now) continue;
-      const c = compareKeys(h.key, first);
-      if (c === 0) return null;
-      if (c > 0 && (above === null || compareKeys(h.key, above) > 0)) above = h.key;
-    }
-    return above;
+    const e = this.byOwner.get(owner);
+    if (e === undefined || e.keys.has(first)) return null;
+    if (e.top === null || e.top.held.expiresAt <= now) e.top = topLive(e, now);
+    if (e.top === null) return null;
+    return Buffer.compare(e.top.bytes, Buffer.from(first, 'utf8')) > 0 ? e.top.held.key : null;
   }
 
   get owners(): number {
     return this.byOwner.size;
   }
+}
+
+function topLive(e: OwnerEntry, now: number): OwnerEntry['top'] {
+  let top: OwnerEntry['top'] = null;
+  for (const g of e.grants.values()) {
+    if (g.held.expiresAt <= now) continue;
+    if (top === null || Buffer.compare(g.bytes, top.bytes) > 0) top = g;
+  }
+  return top;
 }
