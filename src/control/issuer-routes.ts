@@ -4,7 +4,7 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import { boundPrincipal } from '../auth/access.js';
+import { boundPrincipal, keyRefused } from '../auth/access.js';
 import { boundOwner, ownerPrincipal } from '../auth/model.js';
 import { ProblemError } from '../errors.js';
 import { pathOf, refuse } from '../http/problems.js';
@@ -234,6 +234,14 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
 
   app.post('/v1/locks/acquire-many', async (req, reply) => {
     const body = bound(req, parseAcquireMany(req.body, issuer.limits, defaultTtl));
+    const outside = keyRefused(req, 'acquire', body.keys);
+    if (outside !== null) {
+      throw new ProblemError(
+        'forbidden',
+        `principal "${boundPrincipal(req) ?? ''}" may not acquire lock "${outside}"`,
+        { principal: boundPrincipal(req), verb: 'acquire', lock: outside },
+      );
+    }
     const r = await untilHangUp(reply, (signal) =>
       issuer.acquireMany({ ...body, onOrderViolation: orderEvent(req, body.owner) }, signal),
     );
