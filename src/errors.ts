@@ -11,6 +11,10 @@ export const PROBLEMS = {
   'invalid-query': { status: 400, title: 'A query parameter of this listing is not valid' },
   'token-malformed': { status: 400, title: 'The fencing token is malformed' },
   'lock-held': { status: 409, title: 'The lock is held, or other waiters are queued ahead' },
+  'lock-order': {
+    status: 409,
+    title: 'The owner holds a lock that sorts after this one (canonical lock order)',
+  },
   'replay-ended': { status: 409, title: 'The lease granted to this requestId is no longer current' },
   'lease-lost': { status: 409, title: 'The lease has expired or was taken over' },
   'not-owner': { status: 409, title: 'The lease does not hold the lock' },

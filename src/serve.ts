@@ -230,6 +230,7 @@ export async function buildControlPlane(
     minTtlMs: config.minTtlMs,
     maxTtlMs: config.maxTtlMs,
     maxWaitMs: config.maxWaitMs,
+    lockOrder: config.refuseLockOrder ? 'refuse' : 'count',
   });
   let sample: string | null = null;
   if (config.sample) {

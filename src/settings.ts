@@ -244,6 +244,15 @@ export const SETTINGS = {
     arg: 'N',
     help: 'the longest an acquire may wait in a lock queue',
   },
+  /** docs/issuer.md, "Several locks at once". */
+  refuseLockOrder: {
+    flag: '--refuse-lock-order',
+    env: 'FENCEGATE_REFUSE_LOCK_ORDER',
+    type: 'bool',
+    default: false,
+    arg: null,
+    help: 'refuse (409 lock-order) an acquire by an owner that holds a lock sorting after it; off: only counted',
+  },
   storeTimeoutMs: {
     flag: '--store-timeout-ms',
     env: 'FENCEGATE_STORE_TIMEOUT_MS',

@@ -5,7 +5,7 @@
  * see. Without an auth file nothing is enforced and every key is visible.
  */
 import type { FastifyRequest } from 'fastify';
-import { prefixesFor, under, type Principal, type RouteVerb } from './model.js';
+import { may, prefixesFor, under, type Principal, type RouteVerb } from './model.js';
 
 export interface RequestAccess {
   /** False when the control listener runs without an auth file. */
@@ -51,4 +51,15 @@ export function visibleKeys(
   const prefixes = visiblePrefixes(request, verb);
   if (prefixes === null || prefixes.includes('')) return undefined;
   return (key) => under(prefixes, key);
+}
+
+/**
+ * A rule `on: 'body-keys'` (src/auth/plugin.ts), judged once the body is read: the first
+ * of `keys` the principal may not `verb`, or null when it may every one (or auth is off).
+ */
+export function keyRefused(request: FastifyRequest, verb: RouteVerb, keys: readonly string[]): string | null {
+  const a = accessOf(request);
+  if (!a.enforced) return null;
+  for (const key of keys) if (a.principal === null || !may(a.principal, verb, key)) return key;
+  return null;
 }

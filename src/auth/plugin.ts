@@ -22,6 +22,11 @@ export type AccessRule =
   | { verb: RouteVerb; on: 'key' }
   /** The verb on some prefix; the handler shows only the keys under the principal's prefixes. */
   | { verb: RouteVerb; on: 'listing' }
+  /**
+   * The verb on some prefix here; the handler then refuses unless the principal has it on
+   * every key of the body (`keysAllowed`), which this hook cannot see yet (acquire-many).
+   */
+  | { verb: RouteVerb; on: 'body-keys' }
   /** /v1/status: `read` or `admin` on any prefix. */
   | { status: true };
 
@@ -35,6 +40,7 @@ const KEY_VERBS: Record<string, RouteVerb> = {
 /** Every route of the control listener, by method (HEAD as GET) and route pattern. */
 export const ACCESS_RULES: Readonly<Record<string, AccessRule>> = Object.freeze({
   ...Object.fromEntries(Object.entries(KEY_VERBS).map(([route, verb]) => [route, { verb, on: 'key' }])),
+  'POST /v1/locks/acquire-many': { verb: 'acquire', on: 'body-keys' },
   'GET /v1/locks': { verb: 'read', on: 'listing' },
   'GET /v1/events': { verb: 'events', on: 'listing' },
   'GET /v1/events/stream': { verb: 'events', on: 'listing' },
@@ -127,7 +133,7 @@ function judge(
   if ('endpoint' in rule) return null; // not public: any principal
   if ('status' in rule) return mayReadStatus(principal) ? null : forbidden(principal.name, 'read /v1/status');
   if ('open' in rule) return null;
-  if (rule.on === 'listing') {
+  if (rule.on === 'listing' || rule.on === 'body-keys') {
     return prefixesFor(principal, rule.verb).length > 0
       ? null
       : forbidden(principal.name, `${rule.verb} any lock`, { verb: rule.verb });

@@ -1,5 +1,5 @@
 /**
- * TypeScript client for the fencegate lock issuer.
+ * TypeScript client for the fencegate lock issuer (`import … from 'fencegate/client'`).
  *
  *   const fg = new FencegateClient({ url: 'http://127.0.0.1:9090' });
  *   await fg.withLock('order:42', { owner: 'worker-7', ttlMs: 10_000 }, async (lock) => {
@@ -7,14 +7,46 @@
  *   });
  */
 import { randomUUID } from 'node:crypto';
-import { FencegateError, LeaseLostError, LockHeldError } from './errors.js';
-import { call, credentialHeaders, problemMessage, type FetchLike } from './http.js';
+import { FencegateError, LeaseLostError, ReleaseError } from './errors.js';
+import { backoffMs, call, credentialHeaders, pause, type CallResult, type FetchLike } from './http.js';
 import { Lock, type LeaseInfo } from './lock.js';
+import { LockSet } from './lock-set.js';
 
-export { FencegateError, LockHeldError, LeaseLostError } from './errors.js';
+export {
+  AbortedError,
+  AuthError,
+  CODE_ERRORS,
+  FencegateError,
+  FenceUnavailableError,
+  LeaseLostError,
+  LockHeldError,
+  LockOrderError,
+  NetworkError,
+  NotFoundError,
+  ReleaseError,
+  RequestError,
+  StaleTokenError,
+  StoreUnavailableError,
+  TimeoutError,
+  TokensExhaustedError,
+  UnavailableError,
+  UpstreamError,
+} from './errors.js';
 export type { Problem } from './errors.js';
 export { Lock } from './lock.js';
 export type { LeaseInfo } from './lock.js';
+export { LockSet } from './lock-set.js';
+
+/** The answer of POST /v1/locks/acquire-many. */
+interface ManyInfo {
+  owner: string;
+  leaseId: string;
+  expiresAt: string;
+  ttlMs: number;
+  locks: { key: string; token: string; sequencer?: string }[];
+  replayed?: boolean;
+  waitedMs?: number;
+}
 
 export interface ClientOptions {
   /** Control listener base URL, e.g. http://127.0.0.1:9090 */
@@ -42,14 +74,26 @@ export interface AcquireOptions {
   autoRenew?: boolean;
   renewEveryMs?: number;
   safetyMarginMs?: number;
+  /**
+   * Stops the acquire (its queue wait and its backoff between retries: AbortedError), and
+   * after the grant ends the lock: lock.signal fires and the lock is released.
+   */
   signal?: AbortSignal;
 }
 
+/** What GET /v1/locks/{key} answers (docs/issuer.md). Tokens are decimal strings. */
 export interface LockStatus {
   key: string;
   held: boolean;
   owner: string | null;
+  /** The live lease's token, or the last token issued when none is live. */
   token: string;
+  /** The highest token ever issued for the key. */
+  issued: string;
+  /** The highest token the gateway admitted for the key, or null. */
+  highest: string | null;
+  /** The highest token shadow-mode routes admitted for the key, or null. */
+  shadowHighest: string | null;
   expiresAt: string | null;
   waiters: number;
 }
@@ -88,29 +132,78 @@ export class FencegateClient {
     const waitMs = options.waitMs ?? 0;
     const requestId = options.requestId ?? randomUUID();
     const firstSentAt = performance.now();
+    const lease = await this.withRetries(options.signal, () =>
+      call<LeaseInfo>(this.fetchImpl, this.lockUrl(key, 'acquire'), {
+        method: 'POST',
+        body: { owner: options.owner, ttlMs, waitMs, requestId },
+        timeoutMs: waitMs + this.timeoutMs,
+        signal: options.signal,
+        headers: this.headers,
+      }),
+    );
+    return this.handOver(lease, firstSentAt, options);
+  }
+
+  /**
+   * Acquires every key under one lease (POST /v1/locks/acquire-many): in the issuer's
+   * canonical order, all or nothing, one token per key. Throws as acquire does;
+   * LockHeldError names the key that stayed held (`err.lock`), and nothing is held then.
+   */
+  async acquireMany(keys: readonly string[], options: AcquireOptions): Promise<LockSet> {
+    const ttlMs = options.ttlMs ?? 10_000;
+    const waitMs = options.waitMs ?? 0;
+    const requestId = options.requestId ?? randomUUID();
+    const firstSentAt = performance.now();
+    const many = await this.withRetries(options.signal, () =>
+      call<ManyInfo>(this.fetchImpl, `${this.base}/v1/locks/acquire-many`, {
+        method: 'POST',
+        body: { keys, owner: options.owner, ttlMs, waitMs, requestId },
+        timeoutMs: waitMs + this.timeoutMs,
+        signal: options.signal,
+        headers: this.headers,
+      }),
+    );
+    const waited =
+      many.replayed !== true && typeof many.waitedMs === 'number' ? Math.max(0, many.waitedMs) : 0;
+    const locks = many.locks.map(
+      (l) =>
+        new Lock(
+          this.base,
+          this.fetchImpl,
+          { ...l, owner: many.owner, leaseId: many.leaseId, expiresAt: many.expiresAt, ttlMs: many.ttlMs },
+          firstSentAt + waited,
+          this.lockOptions(options),
+        ),
+    );
+    const set = new LockSet(locks);
+    if (!set.lost) return set;
+    const reason = set.signal.reason as FencegateError;
+    await set.release().catch(() => false); // free them for the next owner if still live
+    throw reason;
+  }
+
+  /**
+   * One call with retries: a lost answer (no connection, a timeout) or a 5xx is tried
+   * again with the same body (its requestId: never a double grant), after a jittered
+   * backoff the caller's signal interrupts; a refusal is thrown typed at once.
+   */
+  private async withRetries<T>(
+    signal: AbortSignal | undefined,
+    send: () => Promise<CallResult<T>>,
+  ): Promise<T> {
     let lastError: unknown;
     for (let attempt = 0; attempt < this.attempts; attempt++) {
+      if (attempt > 0) await pause(backoffMs(attempt - 1), signal, 'acquire backoff');
       try {
-        const r = await call<LeaseInfo>(this.fetchImpl, this.lockUrl(key, 'acquire'), {
-          method: 'POST',
-          body: { owner: options.owner, ttlMs, waitMs, requestId },
-          timeoutMs: waitMs + this.timeoutMs,
-          signal: options.signal,
-          headers: this.headers,
-        });
-        if (r.ok) return await this.handOver(r.body, firstSentAt, options);
-        const msg = problemMessage(r.status, r.problem);
-        if (r.problem?.type === 'urn:fencegate:replay-ended')
-          throw new LeaseLostError(msg, r.status, r.problem);
-        if (r.status === 409) throw new LockHeldError(msg, r.status, r.problem);
-        if (r.status < 500) throw new FencegateError(msg, r.status, r.problem);
-        lastError = new FencegateError(msg, r.status, r.problem);
+        const r = await send();
+        if (r.ok) return r.body;
+        if (r.status < 500) throw r.error;
+        lastError = r.error;
       } catch (err) {
-        if (err instanceof FencegateError && err.status < 500) throw err;
-        if (options.signal?.aborted) throw err;
-        lastError = err; // network failure or 5xx: retry with the same requestId (no double grant)
+        if (err instanceof FencegateError && err.status >= 400 && err.status < 500) throw err;
+        if (signal?.aborted) throw err;
+        lastError = err; // network failure, timeout or 5xx: retry with the same requestId
       }
-      await new Promise((r) => setTimeout(r, 50 * 2 ** attempt));
     }
     throw lastError;
   }
@@ -121,27 +214,40 @@ export class FencegateClient {
       lease.replayed !== true && typeof lease.waitedMs === 'number' && lease.waitedMs > 0
         ? lease.waitedMs
         : 0;
-    const lock = new Lock(this.base, this.fetchImpl, lease, firstSentAt + waited, {
-      autoRenew: options.autoRenew ?? true,
-      renewEveryMs: options.renewEveryMs,
-      safetyMarginMs: options.safetyMarginMs,
-      requestTimeoutMs: this.timeoutMs,
-      headers: this.headers,
-    });
+    const lock = new Lock(this.base, this.fetchImpl, lease, firstSentAt + waited, this.lockOptions(options));
     if (!lock.lost) return lock;
     const reason = lock.signal.reason as LeaseLostError;
     await lock.release().catch(() => false); // free it for the next owner if it is still live
     throw reason;
   }
 
-  /** Runs fn while holding the lock; fn gets the Lock (use lock.signal / lock.fetch). Always releases. */
+  private lockOptions(options: AcquireOptions) {
+    return {
+      autoRenew: options.autoRenew ?? true,
+      renewEveryMs: options.renewEveryMs,
+      safetyMarginMs: options.safetyMarginMs,
+      requestTimeoutMs: this.timeoutMs,
+      headers: this.headers,
+      signal: options.signal,
+    };
+  }
+
+  /**
+   * Runs fn while holding the lock; fn gets the Lock (use lock.signal / lock.fetch).
+   * Always releases. fn's error is thrown as is; when fn succeeded but the release failed
+   * (not reachable, or the lease no longer held), throws ReleaseError with fn's `value`.
+   */
   async withLock<T>(key: string, options: AcquireOptions, fn: (lock: Lock) => Promise<T>): Promise<T> {
-    const lock = await this.acquire(key, options);
-    try {
-      return await fn(lock);
-    } finally {
-      await lock.release().catch(() => false);
-    }
+    return runHolding(await this.acquire(key, options), fn);
+  }
+
+  /** withLock for several keys at once (acquireMany): fn gets the LockSet (`set.lock(key)`). */
+  async withLocks<T>(
+    keys: readonly string[],
+    options: AcquireOptions,
+    fn: (locks: LockSet) => Promise<T>,
+  ): Promise<T> {
+    return runHolding(await this.acquireMany(keys, options), fn);
   }
 
   /** The lock's state, or null if no token was ever issued for it. */
@@ -153,8 +259,44 @@ export class FencegateClient {
     });
     if (r.ok) return r.body;
     if (r.status === 404) return null;
-    throw new FencegateError(problemMessage(r.status, r.problem), r.status, r.problem);
+    throw r.error;
   }
+}
+
+/** Runs fn holding `held`, then releases it; a failed release after a successful fn is a ReleaseError. */
+async function runHolding<H extends { release(): Promise<boolean> }, T>(
+  held: H,
+  fn: (h: H) => Promise<T>,
+): Promise<T> {
+  let value: T;
+  try {
+    value = await fn(held);
+  } catch (err) {
+    await held.release().catch(() => false); // fn's error is the one to see
+    throw err;
+  }
+  let released: boolean;
+  try {
+    released = await held.release();
+  } catch (err) {
+    throw new ReleaseError(
+      'the work finished, but its lock could not be released (it lapses after its TTL)',
+      value,
+      {
+        cause: err,
+      },
+    );
+  }
+  if (!released) {
+    throw new ReleaseError(
+      'the work finished, but its lease was no longer held at release (it lapsed meanwhile)',
+      value,
+      {
+        cause: new LeaseLostError('the issuer answered not-owner to the release', 409, null),
+      },
+    );
+  }
+  return value;
 }
 
 /** Adds a Fencing-Sequencer header to fetch options (for callers not using Lock.fetch). */

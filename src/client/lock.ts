@@ -13,8 +13,23 @@
  * `remainingMs` and `fetch` read the clock themselves, so a stalled event loop (a long
  * GC, a busy loop) cannot make a lapsed lease look live to the code that resumes.
  */
-import { LeaseLostError } from './errors.js';
-import { call, problemMessage, type FetchLike } from './http.js';
+import {
+  AbortedError,
+  errorFor,
+  FenceUnavailableError,
+  LeaseLostError,
+  StaleTokenError,
+  type FencegateError,
+  type Problem,
+} from './errors.js';
+import { call, failure, problemMessage, type FetchLike } from './http.js';
+
+/** Symbol.asyncDispose, or the symbol Node uses where the runtime does not define it yet. */
+export const asyncDispose: typeof Symbol.asyncDispose =
+  Symbol.asyncDispose ?? (Symbol.for('nodejs.asyncDispose') as typeof Symbol.asyncDispose);
+
+/** The gateway's refusals that lock.fetch throws (typed) instead of returning as a Response. */
+const GATEWAY_REFUSALS = new Set(['stale-token', 'lease-expired', 'token-invalid', 'fence-unavailable']);
 
 export interface LeaseInfo {
   key: string;
@@ -40,6 +55,11 @@ export interface LockOptions {
   requestTimeoutMs: number;
   /** The credential for renew and release (the client's apiKey); never sent by fetch(). */
   headers?: Readonly<Record<string, string>>;
+  /**
+   * The caller's signal: when it fires, the lock ends (lock.signal fires with an
+   * AbortedError whose cause is its reason) and is released in the background.
+   */
+  signal?: AbortSignal;
 }
 
 export class Lock {
@@ -81,6 +101,21 @@ export class Lock {
     }
     this.armDeadline();
     if (options.autoRenew) this.scheduleRenew();
+    this.follow(options.signal);
+  }
+
+  /** Ends the lock when the caller's signal fires; the listener goes when the lock ends. */
+  private follow(caller: AbortSignal | undefined): void {
+    if (caller === undefined) return;
+    const onAbort = () => {
+      this.lose(
+        new AbortedError('the caller aborted the work holding this lock', 0, null, { cause: caller.reason }),
+      );
+      void this.release().catch(() => false); // free it for the next owner; it lapses otherwise
+    };
+    if (caller.aborted) return onAbort();
+    caller.addEventListener('abort', onAbort, { once: true });
+    this.signal.addEventListener('abort', () => caller.removeEventListener('abort', onAbort), { once: true });
   }
 
   /** The token as sent on the wire. */
@@ -150,7 +185,11 @@ export class Lock {
     }
   }
 
-  /** Extends the lease by ttlMs. Throws LeaseLostError (and fires the signal) if it is gone. */
+  /**
+   * Extends the lease by ttlMs. Throws LeaseLostError (and fires the signal) if it is gone;
+   * a typed error (StoreUnavailableError, NetworkError, TimeoutError, …) if the renewal
+   * could not be made (the lock stays until its deadline). Interrupted when the lock ends.
+   */
   async renew(ttlMs = this.ttlMs): Promise<void> {
     if (this.lost) throw this.signal.reason; // a lapsed lease is never renewed back to life
     const sentAt = performance.now();
@@ -159,6 +198,7 @@ export class Lock {
       body: { leaseId: this.leaseId, ttlMs },
       timeoutMs: this.options.requestTimeoutMs,
       headers: this.options.headers,
+      signal: this.signal,
     });
     if (r.ok) {
       if (this.lost) throw this.signal.reason;
@@ -172,25 +212,35 @@ export class Lock {
       this.lose(err);
       throw err;
     }
-    throw new Error(`renew failed: ${problemMessage(r.status, r.problem)}`);
+    throw r.error;
   }
 
-  /** Releases the lock. Idempotent; the signal fires (work is over). */
+  /**
+   * Releases the lock; the signal fires (work is over). true: released; false: the issuer
+   * says this lease did not hold the lock any more (it lapsed, or was taken over).
+   * Throws a typed error when the release could not be made (the lease then lapses after
+   * its TTL). Once called, later calls answer true without asking again.
+   */
   async release(): Promise<boolean> {
     if (this.released) return true;
     this.released = true;
     this.stopTimers();
-    try {
-      const r = await call<{ released: boolean }>(this.fetchImpl, this.url('release'), {
-        method: 'POST',
-        body: { leaseId: this.leaseId },
-        timeoutMs: this.options.requestTimeoutMs,
-        headers: this.options.headers,
-      });
-      return r.ok;
-    } finally {
-      if (!this.signal.aborted) this.controller.abort(new LeaseLostError('lock released', 0, null));
-    }
+    // The work is over from now: the signal fires first, which also cuts a renewal in flight.
+    if (!this.signal.aborted) this.controller.abort(new LeaseLostError('lock released', 0, null));
+    const r = await call<{ released: boolean }>(this.fetchImpl, this.url('release'), {
+      method: 'POST',
+      body: { leaseId: this.leaseId },
+      timeoutMs: this.options.requestTimeoutMs,
+      headers: this.options.headers,
+    });
+    if (r.ok) return true;
+    if (r.status === 409) return false;
+    throw r.error;
+  }
+
+  /** `await using lock = await fg.acquire(…)`: released when the block ends (errors of the release are thrown). */
+  async [asyncDispose](): Promise<void> {
+    await this.release();
   }
 
   /**
@@ -199,15 +249,31 @@ export class Lock {
    * fenced by this lock: both headers suit every `check` (the gateway never forwards the
    * sequencer, and on sequencer routes the token must be the sequencer's).
    */
-  fetch(input: string | URL, init: RequestInit = {}): Promise<Response> {
+  async fetch(input: string | URL, init: RequestInit = {}): Promise<Response> {
     // Judged now, not by the timer: after a stall the timer has not run yet.
-    if (this.lost) return Promise.reject(this.signal.reason as Error);
+    if (this.lost) throw this.signal.reason as Error;
     const headers = new Headers(init.headers);
     headers.set('fencing-token', this.fencingToken);
     if (this.latestSequencer !== null) headers.set('fencing-sequencer', this.latestSequencer);
     const signal = init.signal ? AbortSignal.any([init.signal, this.signal]) : this.signal;
     const body = this.guardBody(init.body);
-    return this.fetchImpl(input, { ...init, headers, signal, ...(body === undefined ? {} : { body }) });
+    let res: Response;
+    try {
+      res = await this.fetchImpl(input, {
+        ...init,
+        headers,
+        signal,
+        ...(body === undefined ? {} : { body }),
+      });
+    } catch (err) {
+      // The lock's own end surfaces as its reason (LeaseLostError, …); the caller's abort as AbortedError.
+      const ended = this.signal.aborted ? this.signal : init.signal;
+      throw failure(`${init.method ?? 'GET'} ${String(input)}`, err, ended ?? undefined, null, 0);
+    }
+    const refusal = await gatewayRefusal(res);
+    if (refusal === null) return res;
+    if (refusal instanceof StaleTokenError) this.lose(refusal); // a newer owner exists: stop
+    throw refusal;
   }
 
   /**
@@ -243,7 +309,12 @@ export class Lock {
     if (this.lost) throw this.signal.reason;
   }
 
-  private lose(err: LeaseLostError): void {
+  /** Ends the lock without releasing it (a lock set whose other lock was lost); the signal fires with `err`. */
+  abandon(err: FencegateError): void {
+    this.lose(err);
+  }
+
+  private lose(err: FencegateError): void {
     this.stopTimers();
     if (!this.signal.aborted) this.controller.abort(err);
   }
@@ -254,4 +325,30 @@ export class Lock {
     this.renewTimer = null;
     this.deadlineTimer = null;
   }
+}
+
+/**
+ * The gateway's fence refusal in `res`, typed (StaleTokenError, FenceUnavailableError),
+ * or null for any other answer (the upstream's, or a refusal of another kind): those stay
+ * Responses for the caller to read.
+ */
+async function gatewayRefusal(res: Response): Promise<StaleTokenError | FenceUnavailableError | null> {
+  if (res.status !== 409 && res.status !== 403 && res.status !== 503) return null;
+  if (!(res.headers.get('content-type') ?? '').includes('application/problem+json')) return null;
+  let problem: Problem;
+  try {
+    problem = (await res.clone().json()) as Problem;
+  } catch {
+    return null;
+  }
+  const code = typeof problem?.type === 'string' ? problem.type.replace(/^urn:fencegate:/, '') : '';
+  if (!GATEWAY_REFUSALS.has(code)) return null;
+  await res.body?.cancel().catch(() => undefined);
+  const err = errorFor(
+    problemMessage(res.status, problem),
+    res.status,
+    problem,
+    res.headers.get('retry-after'),
+  );
+  return err as StaleTokenError | FenceUnavailableError;
 }

@@ -2,17 +2,22 @@
  * The issuer's HTTP API (docs/issuer.md), as a fastify plugin on the
  * control listener. Tokens leave as decimal strings; times as ISO-8601 (store clock).
  */
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import { boundPrincipal } from '../auth/access.js';
+import { boundPrincipal, keyRefused } from '../auth/access.js';
 import { BOUND_OWNER_MARK, boundOwner, ownerPrincipal } from '../auth/model.js';
 import { ProblemError } from '../errors.js';
 import { pathOf, refuse } from '../http/problems.js';
 import type { EventInput, EventLog } from '../observe/events.js';
 import type { SequencerIssuer } from '../sequencer/index.js';
 import type { Lease, LockState } from '../store/types.js';
-import type { Issuer } from '../issuer/service.js';
-import { parseAcquire, parseRelease, parseRenew, validKey } from '../issuer/validate.js';
+import type {
+  Issuer,
+  IssuerAcquireManyResult,
+  IssuerAcquireResult,
+  OrderViolation,
+} from '../issuer/service.js';
+import { parseAcquire, parseAcquireMany, parseRelease, parseRenew, validKey } from '../issuer/validate.js';
 
 export interface IssuerRoutesOptions {
   issuer: Issuer;
@@ -52,6 +57,59 @@ export function lockJson(s: LockState) {
   };
 }
 
+/** A refused acquire (single or multi-lock) as its problem: `key` is the lock it concerns. */
+function refuseAcquire(
+  reply: FastifyReply,
+  key: string,
+  r: Exclude<IssuerAcquireResult | IssuerAcquireManyResult, { ok: true }>,
+  requestId: string | undefined,
+) {
+  switch (r.reason) {
+    case 'exhausted':
+      return refuse(
+        reply,
+        'tokens-exhausted',
+        `lock "${key}" has issued token 9223372036854775807 (2^63-1), the last one possible: it can never be granted again; use another key`,
+        { lock: key },
+      );
+    case 'replay-ended':
+      return refuse(
+        reply,
+        'replay-ended',
+        `requestId "${requestId ?? ''}" was granted lease ${r.leaseId} (token ${r.token}), which is no longer current; nothing was granted`,
+        { lock: key, leaseId: r.leaseId, token: r.token },
+      );
+    case 'lock-order':
+      return refuse(
+        reply,
+        'lock-order',
+        `this owner holds "${r.heldKey}", which sorts after "${key}": take locks in canonical order (byte order of the UTF-8 key), or all at once with acquire-many`,
+        { lock: key, heldKey: r.heldKey },
+      );
+    case 'lease-lost':
+      return refuse(
+        reply,
+        'lease-lost',
+        `the lease of "${key}", taken earlier in this acquire, was lost while a later key was waited for; nothing is held`,
+        { lock: key },
+      );
+    case 'held': {
+      const retryAfterMs = Math.max(1, r.retryAfterMs);
+      const detail =
+        r.blockedBy === 'lease'
+          ? `lock "${key}" is held`
+          : `lock "${key}" is free, but waiters are queued ahead of this request`;
+      return refuse(
+        reply,
+        'lock-held',
+        detail,
+        { lock: key, retryAfterMs, blockedBy: r.blockedBy },
+        { 'retry-after': String(Math.max(1, Math.ceil(retryAfterMs / 1000))) },
+      );
+    }
+  }
+}
+
 async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Promise<void> {
   const { issuer } = opts;
   const defaultTtl = opts.defaultTtlMs ?? 10_000;
@@ -62,7 +120,8 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
   const record = (
     req: FastifyRequest,
     lock: string,
-    what: Pick<EventInput, 'type' | 'reason' | 'token' | 'highest' | 'owner'>,
+    what: Pick<EventInput, 'type' | 'reason' | 'token' | 'highest' | 'owner'> &
+      Partial<Pick<EventInput, 'enforced' | 'heldKey'>>,
   ) =>
     opts.events?.record({
       time: new Date().toISOString(),
@@ -72,11 +131,12 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
       lock,
       token: what.token,
       highest: what.highest,
-      enforced: true,
+      enforced: what.enforced ?? true,
       client: req.ip,
       owner: what.owner,
       method: req.method,
       path: pathOf(req.url),
+      ...(what.heldKey === undefined ? {} : { heldKey: what.heldKey }),
     });
 
   /**
@@ -104,9 +164,8 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
     );
   };
 
-  app.post<{ Params: KeyParams }>('/v1/locks/:key/acquire', async (req, reply) => {
-    const key = keyOf(req);
-    const parsed = parseAcquire(req.body, issuer.limits, defaultTtl);
+  /** The owner as recorded: with an auth file, `@<principal>/<owner>`. */
+  const bound = <T extends { owner: string }>(req: FastifyRequest, parsed: T): T => {
     const principal = boundPrincipal(req);
     // Without a principal, an owner may not look bound: a lease taken now must never be
     // renewable by the principal its owner names once an auth file is in force.
@@ -116,66 +175,104 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
         `"owner" may not start with "${BOUND_OWNER_MARK}": owners of that form name the principal an auth file binds them to`,
         { field: 'owner' },
       );
-    const body = principal === null ? parsed : { ...parsed, owner: boundOwner(principal, parsed.owner) };
-    // A client that hangs up stops waiting in the queue. (The response's 'close', not the
-    // request's: a request emits 'close' as soon as its body has been read.)
+    return principal === null ? parsed : { ...parsed, owner: boundOwner(principal, parsed.owner) };
+  };
+
+  /**
+   * Runs an acquire with a signal that fires when the client hangs up, so it stops waiting
+   * in the queue. (The response's 'close', not the request's: a request emits 'close' as
+   * soon as its body has been read.)
+   */
+  const untilHangUp = async <T>(
+    reply: FastifyReply,
+    run: (signal: AbortSignal) => Promise<T>,
+  ): Promise<T> => {
     const abort = new AbortController();
     const onClose = () => abort.abort();
     reply.raw.once('close', onClose);
     try {
-      const r = await issuer.acquire({ key, ...body }, abort.signal);
-      if (r.ok && r.lapsed !== null) {
-        // The issuer sees a lease lapse when it takes it over: the lapsed lease's holder
-        // never released it (a crash, a pause, a lost renewal).
-        record(req, key, {
-          type: 'lease-expired',
-          reason: 'expired',
-          token: r.lapsed.token.toString(10),
-          highest: r.lease.token.toString(10),
-          owner: r.lapsed.owner,
-        });
-      }
-      if (r.ok) {
-        return reply.code(200).send({
-          ...leaseJson(r.lease),
-          ...(await signed(r.lease)),
-          replayed: r.replayed,
-          waitedMs: r.waitedMs,
-        });
-      }
-      if (r.reason === 'exhausted') {
-        return refuse(
-          reply,
-          'tokens-exhausted',
-          `lock "${key}" has issued token 9223372036854775807 (2^63-1), the last one possible: it can never be granted again; use another key`,
-          { lock: key },
-        );
-      }
-      if (r.reason === 'replay-ended') {
-        return refuse(
-          reply,
-          'replay-ended',
-          `requestId "${body.requestId ?? ''}" was granted lease ${r.leaseId} (token ${r.token}), which is no longer current; nothing was granted`,
-          { lock: key, leaseId: r.leaseId, token: r.token },
-        );
-      }
-      const retryAfterMs = Math.max(1, r.retryAfterMs);
-      const detail =
-        r.blockedBy === 'lease'
-          ? `lock "${key}" is held`
-          : `lock "${key}" is free, but waiters are queued ahead of this request`;
-      return refuse(
-        reply,
-        'lock-held',
-        detail,
-        { lock: key, retryAfterMs, blockedBy: r.blockedBy },
-        {
-          'retry-after': String(Math.max(1, Math.ceil(retryAfterMs / 1000))),
-        },
-      );
+      return await run(abort.signal);
     } finally {
       reply.raw.off('close', onClose);
     }
+  };
+
+  /** An ordering violation (docs/issuer.md): an event, enforced when it was refused. */
+  const orderEvent = (req: FastifyRequest, owner: string) => (v: OrderViolation) =>
+    record(req, v.key, {
+      type: 'lock-order',
+      reason: v.refused ? 'order-refused' : 'order-counted',
+      token: null,
+      highest: null,
+      owner,
+      enforced: v.refused,
+      heldKey: v.heldKey,
+    });
+
+  /** The lapsed lease a grant took over: its holder never released it (a crash, a pause, a lost renewal). */
+  const lapsedEvent = (
+    req: FastifyRequest,
+    key: string,
+    lapsed: { owner: string; token: bigint },
+    by: bigint,
+  ) =>
+    record(req, key, {
+      type: 'lease-expired',
+      reason: 'expired',
+      token: lapsed.token.toString(10),
+      highest: by.toString(10),
+      owner: lapsed.owner,
+    });
+
+  app.post<{ Params: KeyParams }>('/v1/locks/:key/acquire', async (req, reply) => {
+    const key = keyOf(req);
+    const body = bound(req, parseAcquire(req.body, issuer.limits, defaultTtl));
+    const r = await untilHangUp(reply, (signal) =>
+      issuer.acquire({ key, ...body, onOrderViolation: orderEvent(req, body.owner) }, signal),
+    );
+    if (!r.ok) return refuseAcquire(reply, key, r, body.requestId);
+    if (r.lapsed !== null) lapsedEvent(req, key, r.lapsed, r.lease.token);
+    return reply.code(200).send({
+      ...leaseJson(r.lease),
+      ...(await signed(r.lease)),
+      replayed: r.replayed,
+      waitedMs: r.waitedMs,
+    });
+  });
+
+  app.post('/v1/locks/acquire-many', async (req, reply) => {
+    const body = bound(req, parseAcquireMany(req.body, issuer.limits, defaultTtl));
+    const outside = keyRefused(req, 'acquire', body.keys);
+    if (outside !== null) {
+      throw new ProblemError(
+        'forbidden',
+        `principal "${boundPrincipal(req) ?? ''}" may not acquire lock "${outside}"`,
+        { principal: boundPrincipal(req), verb: 'acquire', lock: outside },
+      );
+    }
+    const r = await untilHangUp(reply, (signal) =>
+      issuer.acquireMany({ ...body, onOrderViolation: orderEvent(req, body.owner) }, signal),
+    );
+    if (!r.ok)
+      return refuseAcquire(
+        reply,
+        r.reason === 'lock-order' ? (body.keys[0] ?? '') : r.key,
+        r,
+        body.requestId,
+      );
+    for (const l of r.lapsed) lapsedEvent(req, l.key, l, r.leases.find((x) => x.key === l.key)?.token ?? 0n);
+    const locks = [];
+    for (const lease of r.leases)
+      locks.push({ key: lease.key, token: lease.token.toString(10), ...(await signed(lease)) });
+    return reply.code(200).send({
+      owner: r.owner,
+      leaseId: r.leaseId,
+      expiresAt: iso(r.expiresAt),
+      ttlMs: r.ttlMs,
+      locks,
+      replayed: r.replayed,
+      waitedMs: r.waitedMs,
+    });
   });
 
   app.post<{ Params: KeyParams }>('/v1/locks/:key/renew', async (req, reply) => {

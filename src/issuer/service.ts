@@ -9,42 +9,45 @@ import { randomUUID } from 'node:crypto';
 import type { Metrics } from '../observe/metrics.js';
 import { instrumentStore } from '../observe/store-metrics.js';
 import type { FencingToken } from '../tokens.js';
-import type { Lease, LockState, Store } from '../store/types.js';
+import type { AcquireRequest, Lease, LockState, Store } from '../store/types.js';
+import type {
+  AcquireAnswer,
+  AcquireInput,
+  AcquireManyInput,
+  IssuerAcquireManyResult,
+  IssuerAcquireResult,
+  OrderRefusal,
+  OrderViolation,
+  QueueInput,
+} from './types.js';
+import { acquireAll, type ManyOps } from './many.js';
+import { canonicalOrder, OwnerHolds, type LockOrderMode } from './order.js';
 
 export interface IssuerLimits {
   minTtlMs: number;
   maxTtlMs: number;
   /** Upper bound of waitMs for one acquire. */
   maxWaitMs: number;
+  /** Ordering violations are counted (default), or also refused (`lock-order`). */
+  lockOrder?: LockOrderMode;
 }
 
 export const DEFAULT_LIMITS: IssuerLimits = { minTtlMs: 100, maxTtlMs: 3_600_000, maxWaitMs: 300_000 };
 
-export interface AcquireInput {
-  key: string;
-  owner: string;
-  ttlMs: number;
-  waitMs: number;
-  requestId?: string;
-}
+/** At most this many keys in one multi-lock acquire. */
+export const MAX_KEYS_PER_ACQUIRE = 64;
 
-export type IssuerAcquireResult =
-  | {
-      ok: true;
-      lease: Lease;
-      replayed: boolean;
-      /**
-       * Milliseconds (this process's monotonic clock) from when the request reached the
-       * issuer until the store call that granted it was sent: the grant, and so the
-       * lease's start, came no earlier. 0 for a replay (granted by an earlier request).
-       */
-      waitedMs: number;
-      /** The lapsed lease this grant took over (never released by its owner), or null. */
-      lapsed: { owner: string; token: FencingToken } | null;
-    }
-  | { ok: false; reason: 'held'; blockedBy: 'lease' | 'queue'; retryAfterMs: number }
-  | { ok: false; reason: 'replay-ended'; leaseId: string; token: FencingToken }
-  | { ok: false; reason: 'exhausted' };
+export type {
+  AcquireAnswer,
+  AcquireInput,
+  AcquireManyInput,
+  IssuerAcquireManyResult,
+  IssuerAcquireResult,
+  ManyGrant,
+  OrderRefusal,
+  OrderViolation,
+  QueueInput,
+} from './types.js';
 
 /**
  * A queued waiter's entry in the store counts for this long unless its issuer renews it
@@ -58,9 +61,20 @@ export const MAX_TRACKED_GRANTS = 10_000;
 /** How often leases that lapsed unreleased are looked for (and their hold time observed). */
 export const HOLD_SWEEP_MS = 1000;
 
+/** Grants are tracked per lease id and key: a multi-lock lease has one id for several keys. */
+const grantId = (key: string, leaseId: string) => `${leaseId}\n${key}`;
+
+function storeRequest(input: QueueInput): AcquireRequest {
+  const req: AcquireRequest = { key: input.key, owner: input.owner, ttlMs: input.ttlMs };
+  if (input.requestId !== undefined) req.requestId = input.requestId;
+  if (input.leaseId !== undefined) req.leaseId = input.leaseId;
+  return req;
+}
+
 /** A lease this issuer granted, for fencegate_hold_seconds. Times are this process's ms. */
 interface Grant {
   key: string;
+  owner: string;
   grantedAt: number;
   /** When the lease lapses unless renewed (grant or last renewal through this issuer + TTL). */
   expiresAt: number;
@@ -88,10 +102,16 @@ export function eitherSignal(a: AbortSignal, b: AbortSignal): { signal: AbortSig
 export class Issuer {
   /** The store, its calls timed and counted (fencegate_store_*). */
   readonly store: Store;
-  /** leaseId -> grant, least recently granted or renewed first. */
+  /**
+   * grant id (grantId: a lease id and its key; a multi-lock lease has one id for several
+   * keys) -> grant, least recently granted or renewed first.
+   */
   private readonly grants = new Map<string, Grant>();
-  /** key -> leaseId of the last grant tracked for it. */
+  /** key -> grant id of the last grant tracked for it. */
   private readonly grantOfKey = new Map<string, string>();
+  /** What each owner holds (by this issuer's reckoning), for ordering violations. */
+  private readonly holds = new OwnerHolds();
+
   private readonly sweeper: NodeJS.Timeout;
   private readonly untrack: () => void;
   private readonly closing = new AbortController();
@@ -110,6 +130,8 @@ export class Issuer {
   }
 
   async acquire(input: AcquireInput, signal?: AbortSignal): Promise<IssuerAcquireResult> {
+    const refusal = this.checkOrder(input.owner, [input.key], input.onOrderViolation);
+    if (refusal !== null) return refusal;
     const started = performance.now();
     // Not AbortSignal.any([signal, this.closed]): on Node 20 each one made registers with
     // the issuer's long-lived `closed` signal and stays reachable from it, one per acquire
@@ -118,7 +140,11 @@ export class Issuer {
     const stop = signal === undefined ? null : eitherSignal(signal, this.closed);
     let result: IssuerAcquireResult;
     try {
-      result = await this.acquireInner(input, started, stop?.signal ?? this.closed);
+      result = await this.acquireInner(
+        { ...input, deadline: started + input.waitMs },
+        started,
+        stop?.signal ?? this.closed,
+      );
     } finally {
       stop?.release();
     }
@@ -131,19 +157,73 @@ export class Issuer {
     return result;
   }
 
+  /**
+   * Counts an ordering violation (owner holds a key after the lowest of `keys`) and tells
+   * `notify`; in 'refuse' mode answers the refusal, otherwise null.
+   */
+  private checkOrder(
+    owner: string,
+    keys: readonly string[],
+    notify?: (v: OrderViolation) => void,
+  ): OrderRefusal | null {
+    const key = keys[0];
+    if (key === undefined) return null;
+    const heldKey = this.holds.violatedBy(owner, key, Date.now());
+    if (heldKey === null) return null;
+    const refused = this.limits.lockOrder === 'refuse';
+    this.metrics.lockOrderViolations.inc({ action: refused ? 'refused' : 'counted' });
+    notify?.({ key, heldKey, refused });
+    return refused ? { ok: false, reason: 'lock-order', heldKey } : null;
+  }
+
   private async acquireInner(
-    input: AcquireInput,
+    input: QueueInput,
     started: number,
     signal?: AbortSignal,
-  ): Promise<IssuerAcquireResult> {
-    const base = { key: input.key, owner: input.owner, ttlMs: input.ttlMs, requestId: input.requestId };
+  ): Promise<AcquireAnswer> {
     const sent = performance.now();
-    const first = await this.store.tryAcquire(base);
+    const first = await this.store.tryAcquire(storeRequest(input));
     if (first.ok) return this.granted(first, sent - started);
     if (first.reason !== 'held') return first;
     this.metrics.lockContention.inc();
-    if (input.waitMs <= 0) return first;
+    if (input.deadline <= performance.now()) return first;
     return this.waitInQueue(input, started, signal);
+  }
+
+  /**
+   * Acquires every key in canonical order (compareKeys), each in its own FIFO queue as a
+   * single acquire does, all under one lease id; all or nothing: a key that stays held
+   * until the deadline, a refusal, an abort or a store failure releases what was taken.
+   * While it waits for a later key, the leases already taken are renewed. Once the last is
+   * granted, the others are renewed once more, so that every lease lives at least ttlMs
+   * from the last grant (waitedMs).
+   */
+  async acquireMany(input: AcquireManyInput, signal?: AbortSignal): Promise<IssuerAcquireManyResult> {
+    const keys = canonicalOrder(input.keys);
+    const refusal = this.checkOrder(input.owner, keys, input.onOrderViolation);
+    if (refusal !== null) return refusal;
+    const started = performance.now();
+    const stop = signal === undefined ? null : eitherSignal(signal, this.closed);
+    let result: IssuerAcquireManyResult;
+    try {
+      result = await acquireAll(this.manyOps(), { ...input, keys }, started, stop?.signal ?? this.closed);
+    } finally {
+      stop?.release();
+    }
+    const seconds = (performance.now() - started) / 1000;
+    this.metrics.acquireSeconds.observe({ outcome: result.ok ? 'granted' : 'held' }, seconds);
+    if (result.ok) for (const lease of result.issued) this.trackGrant(lease);
+    if (result.ok) this.metrics.tokensIssued.inc(result.issued.length);
+    return result;
+  }
+
+  /** What acquireAll (./many.ts) needs of the issuer: one key's acquire and the store. */
+  private manyOps(): ManyOps {
+    return {
+      acquireOne: (input, started, signal) => this.acquireInner(input, started, signal),
+      store: this.store,
+      renewEveryMs: (ttlMs) => Math.max(10, Math.min(WAITER_BEAT_MS, Math.floor(ttlMs / 3))),
+    };
   }
 
   private granted(
@@ -154,7 +234,7 @@ export class Issuer {
       lapsed: { owner: string; token: FencingToken } | null;
     },
     waitedMs: number,
-  ): IssuerAcquireResult {
+  ): AcquireAnswer {
     if (r.tookOverExpired) this.metrics.leasesExpired.inc();
     return {
       ok: true,
@@ -173,12 +253,13 @@ export class Issuer {
    * (a renewal can never re-add an entry a grant just removed).
    */
   private async waitInQueue(
-    input: AcquireInput,
+    input: QueueInput,
     started: number,
     signal?: AbortSignal,
-  ): Promise<IssuerAcquireResult> {
+  ): Promise<AcquireAnswer> {
     const waiterId = randomUUID();
-    const deadline = started + input.waitMs;
+    const { deadline, tick } = input;
+    let nextTick = tick === undefined ? Infinity : performance.now() + tick.everyMs;
     let wake: (() => void) | null = null;
     let dirty: boolean;
     const unwatch = await this.store.watch(input.key, () => {
@@ -198,14 +279,12 @@ export class Issuer {
           enqueued = true;
           nextBeat = now + WAITER_BEAT_MS;
         }
+        if (tick !== undefined && now >= nextTick) {
+          await tick.run();
+          nextTick = performance.now() + tick.everyMs;
+        }
         const sent = performance.now();
-        const r = await this.store.tryAcquire({
-          key: input.key,
-          owner: input.owner,
-          ttlMs: input.ttlMs,
-          requestId: input.requestId,
-          waiterId,
-        });
+        const r = await this.store.tryAcquire({ ...storeRequest(input), waiterId });
         if (r.ok) {
           enqueued = false; // the grant removed our queue entry atomically
           return this.granted(r, sent - started);
@@ -217,7 +296,7 @@ export class Issuer {
           return r;
         }
         if (dirty) continue; // a notification arrived while we were asking
-        const untilBeat = Math.max(1, nextBeat - performance.now());
+        const untilBeat = Math.max(1, Math.min(nextBeat, nextTick) - performance.now());
         await new Promise<void>((resolve) => {
           const timer = setTimeout(done, Math.max(1, Math.min(remaining, r.retryAfterMs, untilBeat)));
           const onAbort = () => done();
@@ -240,27 +319,29 @@ export class Issuer {
 
   async renew(key: string, leaseId: string, ttlMs: number) {
     const r = await this.store.renew(key, leaseId, ttlMs);
+    const id = grantId(key, leaseId);
     if (r.ok) {
-      const grant = this.grants.get(leaseId);
+      const grant = this.grants.get(id);
       if (grant !== undefined) {
         grant.expiresAt = Date.now() + r.lease.ttlMs;
-        this.grants.delete(leaseId); // to the back: the sweep meets the least recently renewed first
-        this.grants.set(leaseId, grant);
+        this.grants.delete(id); // to the back: the sweep meets the least recently renewed first
+        this.grants.set(id, grant);
       }
     } else {
       this.metrics.leaseRenewFailures.inc();
-      this.endGrant(leaseId, 'expired', Date.now());
+      this.endGrant(id, 'expired', Date.now());
     }
     return r;
   }
 
   async release(key: string, leaseId: string) {
     const r = await this.store.release(key, leaseId);
+    const id = grantId(key, leaseId);
     if (!r.ok) {
       this.metrics.releaseOwnerMismatch.inc();
-      this.endGrant(leaseId, 'expired', Date.now()); // it no longer held the lock: it lapsed
+      this.endGrant(id, 'expired', Date.now()); // it no longer held the lock: it lapsed
     } else {
-      this.endGrant(leaseId, 'released', Date.now());
+      this.endGrant(id, 'released', Date.now());
     }
     return r;
   }
@@ -294,25 +375,29 @@ export class Issuer {
     const now = Date.now();
     const previous = this.grantOfKey.get(lease.key);
     if (previous !== undefined) this.endGrant(previous, 'expired', now);
-    this.grants.set(lease.leaseId, { key: lease.key, grantedAt: now, expiresAt: now + lease.ttlMs });
-    this.grantOfKey.set(lease.key, lease.leaseId);
+    const id = grantId(lease.key, lease.leaseId);
+    const grant: Grant = { key: lease.key, owner: lease.owner, grantedAt: now, expiresAt: now + lease.ttlMs };
+    this.grants.set(id, grant);
+    this.grantOfKey.set(lease.key, id);
+    this.holds.add(lease.owner, id, grant);
     for (const [id, grant] of this.grants) {
       if (this.grants.size <= MAX_TRACKED_GRANTS) break;
       this.forget(id, grant);
     }
   }
 
-  private endGrant(leaseId: string, end: 'released' | 'expired', now: number): void {
-    const grant = this.grants.get(leaseId);
+  private endGrant(id: string, end: 'released' | 'expired', now: number): void {
+    const grant = this.grants.get(id);
     if (grant === undefined) return;
-    this.forget(leaseId, grant);
+    this.forget(id, grant);
     const until = end === 'released' ? now : Math.min(now, grant.expiresAt);
     this.metrics.holdSeconds.observe({ end }, Math.max(0, until - grant.grantedAt) / 1000);
   }
 
-  private forget(leaseId: string, grant: Grant): void {
-    this.grants.delete(leaseId);
-    if (this.grantOfKey.get(grant.key) === leaseId) this.grantOfKey.delete(grant.key);
+  private forget(id: string, grant: Grant): void {
+    this.grants.delete(id);
+    this.holds.remove(grant.owner, id);
+    if (this.grantOfKey.get(grant.key) === id) this.grantOfKey.delete(grant.key);
   }
 
   /** Observes the leases that lapsed unreleased. */

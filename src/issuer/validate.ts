@@ -5,7 +5,7 @@
  * Validators never mutate their input; failures are ProblemErrors with a field.
  */
 import { ProblemError } from '../errors.js';
-import type { IssuerLimits } from './service.js';
+import { MAX_KEYS_PER_ACQUIRE, type IssuerLimits } from './service.js';
 import { checkLockKey } from '../lock-keys.js';
 
 type Body = Record<string, unknown>;
@@ -96,6 +96,43 @@ export function parseAcquire(raw: unknown, limits: IssuerLimits, defaultTtlMs: n
   }
   const requestId = str(body, 'requestId', { required: false, max: 128 });
   return requestId === undefined ? { owner, ttlMs, waitMs } : { owner, ttlMs, waitMs, requestId };
+}
+
+export interface AcquireManyBody extends AcquireBody {
+  keys: string[];
+}
+
+/** `{keys, owner, ttlMs, waitMs, requestId}`: 1 … maxKeys valid keys, no two equal. */
+export function parseAcquireMany(
+  raw: unknown,
+  limits: IssuerLimits,
+  defaultTtlMs: number,
+  maxKeys = MAX_KEYS_PER_ACQUIRE,
+): AcquireManyBody {
+  const body = asObject(raw);
+  const keys = body['keys'];
+  if (!Array.isArray(keys) || keys.length === 0 || keys.length > maxKeys) {
+    throw new ProblemError('bad-request', `"keys" must be an array of 1–${maxKeys} lock keys`, {
+      field: 'keys',
+    });
+  }
+  const seen = new Set<string>();
+  for (const [i, k] of keys.entries()) {
+    if (typeof k !== 'string') {
+      throw new ProblemError('bad-request', `"keys[${i}]" must be a string`, { field: `keys[${i}]` });
+    }
+    const c = checkLockKey(k);
+    if (!c.ok) throw new ProblemError('invalid-key', `keys[${i}]: ${c.reason}`, { field: `keys[${i}]` });
+    if (seen.has(k)) {
+      throw new ProblemError('bad-request', `"keys[${i}]" repeats "${k}": each key once`, {
+        field: `keys[${i}]`,
+      });
+    }
+    seen.add(k);
+  }
+  const { keys: _keys, ...rest } = body;
+  void _keys;
+  return { keys: keys as string[], ...parseAcquire(rest, limits, defaultTtlMs) };
 }
 
 export function parseRenew(raw: unknown, limits: IssuerLimits, defaultTtlMs: number) {

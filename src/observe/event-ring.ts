@@ -75,7 +75,8 @@ export class EventRing {
       last.owner === owner &&
       last.method === input.method &&
       last.path === input.path &&
-      last.worker === input.worker
+      last.worker === input.worker &&
+      last.heldKey === input.heldKey
     ) {
       return last;
     }
@@ -92,6 +93,7 @@ export class EventRing {
       method: input.method,
       path: input.path,
       worker: input.worker,
+      heldKey: input.heldKey,
     };
     if (last !== undefined) this.bodies.delete(input.lock);
     else if (this.bodies.size >= BODIES_KEPT) {
@@ -103,7 +105,7 @@ export class EventRing {
   }
 }
 
-/** An event as its readers get it, made of `fields` (the owner aside): a new object, `worker` only when set. */
+/** An event as its readers get it, made of `fields` (the owner aside): a new object, `worker` and `heldKey` only when set. */
 export function fenceEvent(
   id: number,
   time: string,
@@ -126,5 +128,6 @@ export function fenceEvent(
     path: fields.path,
   };
   if (fields.worker !== undefined) event.worker = fields.worker;
+  if (fields.heldKey !== undefined) event.heldKey = fields.heldKey;
   return event;
 }

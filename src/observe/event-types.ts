@@ -14,6 +14,7 @@ export const EVENT_REASONS = {
   'lease-expired': ['expired'],
   'renew-failed': ['lease-lost'],
   'release-not-owner': ['not-owner'],
+  'lock-order': ['order-counted', 'order-refused'],
 } as const;
 
 export type EventType = keyof typeof EVENT_REASONS;
@@ -43,6 +44,11 @@ export interface FenceEvent {
   owner: string | null;
   method: string | null;
   path: string | null;
+  /**
+   * lock-order only: the key the owner held, which sorts after `lock` (the lowest key it
+   * asked for) in the canonical order.
+   */
+  heldKey?: string;
   /** With serve --workers: the worker (1…N) whose gateway decided it; absent otherwise. */
   worker?: number;
 }

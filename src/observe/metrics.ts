@@ -312,6 +312,12 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
       help: 'Acquires currently waiting in this process',
       registers,
     }),
+    lockOrderViolations: new Counter({
+      name: 'fencegate_lock_order_violations_total',
+      help: 'Acquires by an owner holding a lock that sorts after the one asked for (canonical order); action: counted or refused',
+      labelNames: ['action'] as const,
+      registers,
+    }),
     acquireTimeouts: new Counter({
       name: 'fencegate_acquire_timeouts_total',
       help: 'Waiting acquires that gave up after waitMs',

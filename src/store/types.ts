@@ -38,6 +38,13 @@ export interface AcquireRequest {
    * On success the waiter entry is removed in the same atomic step.
    */
   waiterId?: string;
+  /**
+   * The lease id to grant under; a fresh random id when absent. The issuer's multi-lock
+   * acquire (Issuer.acquireMany) names one id for every key it takes, so that one lease id
+   * renews and releases each of them. Only the grant uses it: a replay answers the lease id
+   * first granted. Callers pass an unguessable id (a random UUID).
+   */
+  leaseId?: string;
 }
 
 export type AcquireResult =

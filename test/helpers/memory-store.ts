@@ -91,7 +91,7 @@ export class MemoryStore implements Store {
     const lease: Lease = {
       key: req.key,
       owner: req.owner,
-      leaseId: randomUUID(),
+      leaseId: req.leaseId ?? randomUUID(),
       token: s.issued,
       expiresAt: now + req.ttlMs,
       ttlMs: req.ttlMs,

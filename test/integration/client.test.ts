@@ -4,15 +4,11 @@
  */
 import { once } from 'node:events';
 import { createServer } from 'node:http';
-import type { FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FencegateClient, LeaseLostError, LockHeldError, withFencingToken } from '../../src/client/index.js';
-import { buildControl } from '../../src/control/control-server.js';
-import { Issuer } from '../../src/issuer/service.js';
-import { EventLog } from '../../src/observe/events.js';
-import { createMetrics } from '../../src/observe/metrics.js';
 import { openRedisStore } from '../../src/store/redis/store.js';
 import type { Store } from '../../src/store/types.js';
+import { listenControl } from '../helpers/control.js';
 import { startRedis, type RedisProcess } from '../helpers/procs.js';
 import { sleep } from '../helpers/wait.js';
 
@@ -26,23 +22,9 @@ async function serve(): Promise<{ url: string; redis: RedisProcess; store: Store
   cleanups.push(() => redis.stop());
   const store = await openRedisStore(redis.url, { allowVolatileRedis: true, namespace: 'fgc' });
   cleanups.push(() => store.close());
-  const metrics = createMetrics({ defaultMetrics: false });
-  const issuer = new Issuer(store, metrics);
-  const app: FastifyInstance = await buildControl({
-    store,
-    issuer,
-    metrics,
-    events: new EventLog(),
-    defaultTtlMs: 10_000,
-    logLevel: 'silent',
-  });
-  cleanups.push(async () => {
-    issuer.shutdown();
-    await app.close();
-  });
-  await app.listen({ host: '127.0.0.1', port: 0 });
-  const a = app.server.address() as { port: number };
-  return { url: `http://127.0.0.1:${a.port}`, redis, store };
+  const c = await listenControl(store);
+  cleanups.push(() => c.close());
+  return { url: c.url, redis, store };
 }
 
 describe('client', () => {

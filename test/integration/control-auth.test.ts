@@ -158,6 +158,24 @@ describe('control listener with an auth file', () => {
     expect(counted).toBe(8 * credentials.length);
   });
 
+  it('acquire-many needs acquire on every key of the body; nothing is taken otherwise', async () => {
+    const many = (who: Who, keys: string[]) =>
+      call(c.app, who, 'POST', '/v1/locks/acquire-many', { keys, owner: 'w', ttlMs: 5000 });
+    const outside = await many('bob', ['orders/m1', 'payments/m1']);
+    expect(outside.statusCode).toBe(403);
+    expect(outside.json()).toMatchObject({
+      type: 'urn:fencegate:forbidden',
+      principal: 'bob',
+      verb: 'acquire',
+      lock: 'payments/m1',
+    });
+    expect((await call(c.app, 'ops', 'GET', '/v1/locks/orders%2Fm1')).statusCode).toBe(404);
+    expect((await many('reader', ['orders/m1'])).statusCode).toBe(403);
+    const ok = await many('bob', ['orders/m2', 'orders/m1']);
+    expect(ok.statusCode).toBe(200);
+    expect(ok.json()).toMatchObject({ owner: 'bob/w', locks: [{ key: 'orders/m1' }, { key: 'orders/m2' }] });
+  });
+
   it('answers 403 forbidden on every protected route outside the principal grants', async () => {
     // bob: lease on orders/ only.
     for (const [name, method, url, body] of protectedCalls('payments/')) {
@@ -266,10 +284,13 @@ describe('control listener with an auth file', () => {
     expect((await call(c.app, 'alice', 'GET', '/v1/locks/payments%2F1')).statusCode).toBe(403);
     expect((await call(c.app, 'alice', 'GET', '/v1/locks/orders%2F7')).json().token).toMatch(/^\d+$/);
 
+    // The release events (an earlier test's locks of `ops` may add a lock-order event).
     const locksOf = async (who: Who) =>
-      ((await call(c.app, who, 'GET', '/v1/events')).json() as { events: { lock: string }[] }).events.map(
-        (e) => e.lock,
-      );
+      (
+        (await call(c.app, who, 'GET', '/v1/events?type=release-not-owner')).json() as {
+          events: { lock: string }[];
+        }
+      ).events.map((e) => e.lock);
     expect(await locksOf('alice')).toEqual(['orders/7']);
     expect(await locksOf('reader')).toEqual(['payments/1']);
     expect(new Set(await locksOf('ops'))).toEqual(new Set(['orders/7', 'payments/1']));

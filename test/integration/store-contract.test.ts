@@ -218,6 +218,29 @@ describe.each(STORE_FIXTURES)('store contract: $name', (fixture) => {
     expect((await h.store.inspect(key))?.issued).toBe(first.lease.token);
   });
 
+  it('grants under the lease id the caller names (one id for several keys), renewed and released by it', async () => {
+    const leaseId = randomUUID();
+    const requestId = randomUUID();
+    const a = await h.store.tryAcquire({ key: 'named:a', owner: 'alice', ttlMs: 10_000, leaseId, requestId });
+    const b = await h.store.tryAcquire({ key: 'named:b', owner: 'alice', ttlMs: 10_000, leaseId });
+    expect(a).toMatchObject({ ok: true, lease: { leaseId } });
+    expect(b).toMatchObject({ ok: true, lease: { leaseId } });
+    expect((await h.store.inspect('named:a'))?.leaseId).toBe(leaseId);
+    // A replay answers the id first granted, whatever id the retry names.
+    const again = await h.store.tryAcquire({
+      key: 'named:a',
+      owner: 'alice',
+      ttlMs: 10_000,
+      leaseId: randomUUID(),
+      requestId,
+    });
+    expect(again).toMatchObject({ ok: true, replayed: true, lease: { leaseId } });
+    expect(await h.store.renew('named:a', leaseId, 5000)).toMatchObject({ ok: true, lease: { leaseId } });
+    expect(await h.store.release('named:a', leaseId)).toEqual({ ok: true });
+    expect((await h.store.inspect('named:b'))?.held).toBe(true); // one key released, the other held
+    expect(await h.store.release('named:b', leaseId)).toEqual({ ok: true });
+  });
+
   it('refuses the replay of a lease that expired, and after another owner’s grant', async () => {
     const key = 'idem:2';
     const requestId = randomUUID();

@@ -5,7 +5,16 @@
  * pages in; a grant's compound key is its JSON array. `<namespace>/wake/<lock>` is written in
  * every transaction that must wake the lock's watchers (watch.ts).
  */
-export const TABLES = ['meta', 'locks', 'grants', 'owners', 'waiters', 'inflight', 'sessions', 'idempotency'] as const;
+export const TABLES = [
+  'meta',
+  'locks',
+  'grants',
+  'owners',
+  'waiters',
+  'inflight',
+  'sessions',
+  'idempotency',
+] as const;
 export type TableName = (typeof TABLES)[number];
 
 export type RecordKey = string | readonly string[];

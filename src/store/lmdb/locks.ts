@@ -137,7 +137,7 @@ export function tryAcquire(t: Tables, req: AcquireRequest, now: number): Outcome
   if (last >= MAX_TOKEN) return { result: { ok: false, reason: 'exhausted' }, notify: none };
 
   const token = last + 1n;
-  const leaseId = randomUUID();
+  const leaseId = req.leaseId ?? randomUUID();
   const tookOverExpired = l.leaseId !== null; // a lease is there, but lapsed and never released
   const lapsed =
     tookOverExpired && l.owner !== null && l.token !== null

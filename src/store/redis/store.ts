@@ -274,7 +274,7 @@ class RedisStore implements Store {
         k.waitdl,
         reqKey,
         formatToken(epoch.floor),
-        randomUUID(),
+        req.leaseId ?? randomUUID(),
         req.owner,
         ttl,
         req.waiterId ?? '',

@@ -114,7 +114,7 @@ export function tryAcquire(ctx: SqlContext, req: AcquireRequest): Promise<Acquir
     if (held !== null) return { ok: false, reason: 'held', ...held };
     if (exhausted(c)) return { ok: false, reason: 'exhausted' };
 
-    const leaseId = randomUUID();
+    const leaseId = req.leaseId ?? randomUUID();
     const tookOverExpired = c.lease_id !== null; // a lease is there, but lapsed and never released
     const keepUntil = ms(c.now) + Math.max(ttlMs, MIN_REPLAY_MS);
     const g = one(

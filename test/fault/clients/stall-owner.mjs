@@ -27,7 +27,8 @@ async function write(lock, label) {
     status = res.status;
     await res.text();
   } catch (err) {
-    status = 'error';
+    // The gateway's fence refusals are thrown typed (StaleTokenError, …) with their status.
+    status = typeof err?.status === 'number' && err.status > 0 ? err.status : 'error';
     error = err?.name ?? String(err);
   }
   const acknowledged = typeof status === 'number' && status >= 200 && status < 300;
