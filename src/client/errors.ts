@@ -118,6 +118,15 @@ export class StoreUnavailableError extends UnavailableError {
   override name = 'StoreUnavailableError';
 }
 
+/**
+ * The server asks to be asked again later: too many requests from this client or in all
+ * (429 `auth-throttled`, `auth-busy`, `too-many-streams`), or the same idempotent request
+ * is still being served (409 `idempotency-in-flight`). `retryAfterMs` says when.
+ */
+export class BusyError extends FencegateError {
+  override name = 'BusyError';
+}
+
 /** The gateway reached the upstream badly or not at all (502, 504). */
 export class UpstreamError extends FencegateError {
   override name = 'UpstreamError';
@@ -176,6 +185,8 @@ export const CODE_ERRORS: Readonly<Record<string, ErrorClass>> = {
   'virtual-host-refused': RequestError,
   'method-not-allowed': RequestError,
   'constraint-violation': RequestError,
+  'idempotency-mismatch': RequestError,
+  'host-not-allowed': RequestError,
   unauthenticated: AuthError,
   forbidden: AuthError,
   'lock-not-found': NotFoundError,
@@ -191,6 +202,10 @@ export const CODE_ERRORS: Readonly<Record<string, ErrorClass>> = {
   'stale-token': StaleTokenError,
   'lease-expired': StaleTokenError,
   'token-invalid': StaleTokenError,
+  'auth-throttled': BusyError,
+  'auth-busy': BusyError,
+  'too-many-streams': BusyError,
+  'idempotency-in-flight': BusyError,
   'fence-unavailable': FenceUnavailableError,
   'store-unavailable': StoreUnavailableError,
   'upstream-unavailable': UpstreamError,

@@ -15,6 +15,7 @@ import { LockSet } from './lock-set.js';
 export {
   AbortedError,
   AuthError,
+  BusyError,
   CODE_ERRORS,
   FencegateError,
   FenceUnavailableError,

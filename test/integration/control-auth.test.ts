@@ -173,7 +173,7 @@ describe('control listener with an auth file', () => {
     expect((await many('reader', ['orders/m1'])).statusCode).toBe(403);
     const ok = await many('bob', ['orders/m2', 'orders/m1']);
     expect(ok.statusCode).toBe(200);
-    expect(ok.json()).toMatchObject({ owner: 'bob/w', locks: [{ key: 'orders/m1' }, { key: 'orders/m2' }] });
+    expect(ok.json()).toMatchObject({ owner: '@bob/w', locks: [{ key: 'orders/m1' }, { key: 'orders/m2' }] });
   });
 
   it('answers 403 forbidden on every protected route outside the principal grants', async () => {

@@ -175,7 +175,7 @@ describe('per-lock structures stay bounded', () => {
 
   it('no metric has a label that could hold a lock key: every label name is one of the bounded kinds', () => {
     // Route, upstream and breaker names come from the policy; the rest are fixed values.
-    const bounded = new Set(['route', 'status_class', 'reason', 'enforced', 'outcome', 'end', 'op']);
+    const bounded = new Set(['route', 'status_class', 'reason', 'enforced', 'outcome', 'end', 'op', 'action']);
     for (const l of ['upstream', 'breaker', 'state', 'structure']) bounded.add(l);
     const nodeDefaults = new Set(['kind', 'major', 'minor', 'patch', 'space', 'type', 'version']);
     const metrics = createMetrics();
