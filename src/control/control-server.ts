@@ -143,6 +143,10 @@ function baseApp(
   });
   opts.tls?.attach(app.server as unknown as TlsServer, app.log);
   installProblemHandlers(app, 'not-found');
+  // The control API reads JSON bodies only: fastify's text/plain parser would hand a
+  // text body to the routes, to be refused as a malformed body (400) rather than as a
+  // media type it does not read (415 unsupported-media-type, like any other type).
+  app.removeContentTypeParser('text/plain');
   refuseUnknownExpectations(app.server);
   app.addHook('onRequest', (request, reply, done) => {
     const noHost = missingHost(request.raw);

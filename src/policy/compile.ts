@@ -34,6 +34,12 @@ export function compilePolicy(files: readonly ValidFile[], kinds: PolicyKinds): 
   // No prototype: upstream names are user-chosen ("constructor", "toString" are valid names).
   const upstreams = Object.create(null) as Record<string, CompiledUpstream>;
   const upstreamSeenAt = new Map<string, PolicyError>();
+  /**
+   * The kind each declared upstream names (null: an unknown kind), also for an upstream
+   * that did not compile: its routes' fields are judged by the kind it declares, so one
+   * bad upstream (an unset ${ENV} in its url) is one error, not one per route field.
+   */
+  const declaredKinds = new Map<string, PolicyKind | null>();
 
   for (const { source, data } of files) {
     for (const [name, raw] of Object.entries(data.upstreams ?? {})) {
@@ -47,7 +53,8 @@ export function compilePolicy(files: readonly ValidFile[], kinds: PolicyKinds): 
         continue;
       }
       upstreamSeenAt.set(name, here);
-      const kind = kinds[raw.kind] ?? null;
+      const kind = Object.hasOwn(kinds, raw.kind) ? (kinds[raw.kind] ?? null) : null;
+      declaredKinds.set(name, kind);
       if (kind === null) {
         const known = Object.keys(kinds).join(', ');
         errors.push(
@@ -101,7 +108,7 @@ export function compilePolicy(files: readonly ValidFile[], kinds: PolicyKinds): 
       } else {
         routeSeenAt.set(raw.name, nameAt);
       }
-      const route = compileRoute(kinds, raw, upstreams, upstreamSeenAt.has(raw.upstream), (field, message) =>
+      const route = compileRoute(kinds, raw, upstreams, declaredKinds, (field, message) =>
         errors.push(source.error(at(...field), message)),
       );
       if (route !== null) {
@@ -159,7 +166,7 @@ function compileRoute(
   kinds: PolicyKinds,
   raw: RawRoute,
   upstreams: Record<string, CompiledUpstream>,
-  upstreamDeclared: boolean,
+  declaredKinds: ReadonlyMap<string, PolicyKind | null>,
   report: Report,
 ): Omit<CompiledRoute, 'file' | 'line'> | null {
   let ok = true;
@@ -168,7 +175,7 @@ function compileRoute(
     report(field, message);
   };
   const upstream = Object.hasOwn(upstreams, raw.upstream) ? upstreams[raw.upstream] : undefined;
-  if (!upstreamDeclared) fail(['upstream'], `unknown upstream "${raw.upstream}"`);
+  if (!declaredKinds.has(raw.upstream)) fail(['upstream'], `unknown upstream "${raw.upstream}"`);
 
   let path = parsePathPattern(raw.path);
   if (!path.ok) fail(['path'], path.reason);
@@ -194,13 +201,16 @@ function compileRoute(
     fail(['fencing'], 'fencing settings need a "lock" on the route');
   }
 
-  // Fields that belong to other kinds (a postgres `table` on an http route) are errors.
-  const kind = upstream === undefined ? null : (kinds[upstream.kind] ?? null);
-  for (const other of Object.values(kinds)) {
-    if (other.name === kind?.name) continue;
-    for (const field of Object.keys(other.routeFields)) {
-      if (raw[field] !== undefined && !(kind !== null && Object.hasOwn(kind.routeFields, field))) {
-        fail([field], `only routes of a "${other.name}" upstream take "${field}"`);
+  // Fields that belong to other kinds (a postgres `table` on an http route) are errors,
+  // judged by the kind the upstream declares (compiled or not); an unknown upstream or
+  // kind was reported already, and says nothing about which fields its routes may take.
+  const kind = declaredKinds.get(raw.upstream) ?? null;
+  if (kind !== null) {
+    for (const other of Object.values(kinds)) {
+      if (other === kind) continue;
+      for (const field of Object.keys(other.routeFields)) {
+        if (raw[field] !== undefined && !Object.hasOwn(kind.routeFields, field))
+          fail([field], `only routes of a "${other.name}" upstream take "${field}"`);
       }
     }
   }

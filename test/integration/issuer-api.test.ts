@@ -166,16 +166,33 @@ describe('issuer API', () => {
     expect((await app.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
   });
 
-  it('refuses a body that is not JSON and one that is too large', async () => {
-    const text = await app.inject({
-      method: 'POST',
-      url: '/v1/locks/k/acquire',
-      payload: 'owner=a',
-      headers: { 'content-type': 'text/plain' },
+  it.each([
+    ['text/plain', 'owner=a'],
+    ['application/x-www-form-urlencoded', 'owner=a'], // curl -d without -H
+    ['application/xml', '<owner>a</owner>'],
+  ])(
+    'refuses a %s body with 415 unsupported-media-type on every endpoint that reads one',
+    async (type, payload) => {
+      for (const url of ['/v1/locks/k/acquire', '/v1/locks/k/renew', '/v1/locks/k/release']) {
+        const r = await app.inject({ method: 'POST', url, payload, headers: { 'content-type': type } });
+        expect(r.statusCode).toBe(415);
+        expect(r.headers['content-type']).toContain('application/problem+json');
+        expect(r.json()).toMatchObject({ type: 'urn:fencegate:unsupported-media-type', status: 415 });
+        expect(r.json().detail).toContain(type);
+      }
+    },
+  );
+
+  it('refuses a body sent without a content-type with 415, naming what it reads', async () => {
+    const r = await app.inject({ method: 'POST', url: '/v1/locks/k/acquire', payload: '{"owner":"a"}' });
+    expect(r.statusCode).toBe(415);
+    expect(r.json()).toMatchObject({
+      type: 'urn:fencegate:unsupported-media-type',
+      detail: 'a body without a content-type: this endpoint reads "content-type: application/json"',
     });
-    expect(text.statusCode).toBeGreaterThanOrEqual(400);
-    expect(text.statusCode).toBeLessThan(500);
-    expect(text.headers['content-type']).toContain('application/problem+json');
+  });
+
+  it('refuses a body that is too large', async () => {
     const big = await post('/v1/locks/k/acquire', { owner: 'a', pad: 'x'.repeat(100_000) });
     expect(big.statusCode).toBe(413);
     expect(big.json().type).toBe('urn:fencegate:payload-too-large');
