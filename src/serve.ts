@@ -189,8 +189,8 @@ export async function openCore(
   );
   const closers: (() => Promise<unknown>)[] = [() => store.close()];
   try {
-    const sequencerKeys = await openSequencerKeys(config.sequencerKeys, config.store, (line) =>
-      quiet && starting ? logger.debug(line) : lifecycle.warn(line),
+    const sequencerKeys = await openSequencerKeys(config.sequencerKeys, config.store, (level, line) =>
+      quiet && starting ? logger.debug(line) : lifecycle[level](line),
     );
     starting = false;
     if (sequencerKeys !== null) {

@@ -17,6 +17,7 @@ import {
   refuseUnknownExpectations,
   sendProblem,
 } from '../http/problems.js';
+import { clientRequestId, newRequestId } from '../http/request-id.js';
 import { httpsOption, type ListenerTls } from '../http/tls.js';
 import type { Authenticator } from '../auth/authenticate.js';
 import authPlugin from '../auth/plugin.js';
@@ -133,6 +134,8 @@ function baseApp(
     // One access line per request (ControlLogController), not fastify's two at info.
     logController: new ControlLogController(opts.accessLog ?? true),
     bodyLimit: 64 * 1024,
+    // The same scheme as the data listener's (src/http/request-id.ts), not fastify's req-1, req-2.
+    genReqId: newRequestId,
     routerOptions: { maxParamLength: 1024 },
     forceCloseConnections: true,
     return503OnClosing: true,
@@ -157,8 +160,13 @@ function baseApp(
   return app;
 }
 
-/** Probes, scrapes and the dashboard's status poll: logged at debug, so they do not drown the info log. */
-const QUIET_PATHS = new Set(['/healthz', '/readyz', '/metrics', '/v1/status']);
+/**
+ * Probes: logged at debug whatever they answer (a /readyz 503 while workers start or the
+ * store is down is what the probe is for, not news; the lifecycle lines say why).
+ * Scrapes and the dashboard's status poll: at debug unless they fail (5xx).
+ */
+const PROBE_PATHS = new Set(['/healthz', '/readyz']);
+const QUIET_PATHS = new Set(['/metrics', '/v1/status']);
 
 /** The control listener's access log: a line per request, probes and scrapes at debug. */
 class ControlLogController extends LogController {
@@ -175,7 +183,8 @@ class ControlLogController extends LogController {
 
 function logControlRequest(request: FastifyRequest, reply: FastifyReply): void {
   const path = request.routeOptions.url ?? request.url.split('?', 1)[0] ?? '/';
-  const level = QUIET_PATHS.has(path) && reply.statusCode < 500 ? 'debug' : 'info';
+  const quiet = PROBE_PATHS.has(path) || (QUIET_PATHS.has(path) && reply.statusCode < 500);
+  const level = quiet ? 'debug' : 'info';
   if (!levelEnabled(request.log, level)) return;
   request.log[level](
     {
@@ -185,6 +194,7 @@ function logControlRequest(request: FastifyRequest, reply: FastifyReply): void {
       status: reply.statusCode,
       ms: Math.round(reply.elapsedTime * 1000) / 1000,
       client: request.ip,
+      clientReqId: clientRequestId(request.headers),
     },
     'request',
   );

@@ -18,10 +18,12 @@ export const EMBEDDED_KEY_FILE = 'sequencer-keys.json';
 export async function openSequencerKeys(
   configured: string | null,
   storeSpec: string,
-  log: (line: string) => void,
+  /** `info` for a notice (a key file made), `warn` for what needs an operator (none, a failed reload). */
+  log: (level: 'info' | 'warn', line: string) => void,
 ): Promise<KeyRing | null> {
   const onError = (err: unknown) =>
     log(
+      'warn',
       `sequencer keys: reload failed, keeping the last good keys: ${err instanceof Error ? err.message : String(err)}`,
     );
   if (configured !== null) {
@@ -36,6 +38,7 @@ export async function openSequencerKeys(
   }
   if (storeKindOf(storeSpec) !== 'embedded') {
     log(
+      'warn',
       'sequencer keys: none (no --sequencer-keys FILE): acquire and renew answers carry no sequencer, ' +
         'and routes with check: sequencer refuse every write',
     );
@@ -47,7 +50,7 @@ export async function openSequencerKeys(
   if (existsSync(path)) return KeyRing.open(path, { onError });
   try {
     await writeKeyFile(path, initKeyFile(), { exclusive: true });
-    log(`sequencer keys: made ${path}`);
+    log('info', `sequencer keys: made ${path}`);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
   }

@@ -207,7 +207,7 @@ describe('issuer API', () => {
   it('exposes the contract metrics', async () => {
     const m = await app.inject({ method: 'GET', url: '/metrics' });
     for (const name of [
-      'fencegate_acquire_seconds',
+      'fencegate_acquire_duration_seconds',
       'fencegate_lock_contention_total',
       'fencegate_release_owner_mismatch_total',
       'fencegate_lease_renew_failures_total',
