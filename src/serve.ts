@@ -172,6 +172,7 @@ export async function openCore(
   // A missing default ./policies is fine: a first run needs no policy (the issuer alone is useful).
   const opened = await PolicyHolder.openFor(config.policies, KINDS, {
     mayBeMissing: config.policies === DEFAULTS.policies,
+    env: policyEnv(config),
   });
   if (!opened.ok) throw new Error(`invalid policies: ${opened.errors.map(formatPolicyError).join('; ')}`);
   const policy = opened.holder;
@@ -202,6 +203,19 @@ export async function openCore(
     await runClosers(closers);
     throw err;
   }
+}
+
+/**
+ * What `${NAME}` in the policy's upstream urls reads: the environment, and with
+ * `--sample HOST:PORT` FENCEGATE_SAMPLE set to that address, so the example policy
+ * (`url: http://${FENCEGATE_SAMPLE:-127.0.0.1:9000}`) points wherever the sample runs:
+ * one setting moves both (`npm start -- --sample 127.0.0.1:9100`).
+ */
+export function policyEnv(config: Readonly<ServeConfig>): NodeJS.ProcessEnv {
+  const sample = config.sample;
+  if (sample === null) return process.env;
+  const host = sample.host.includes(':') ? `[${sample.host}]` : sample.host;
+  return { ...process.env, FENCEGATE_SAMPLE: `${host}:${sample.port}` };
 }
 
 /** The event log the control listener serves: owners looked up, lines rate-limited. */

@@ -5,6 +5,7 @@
  * (syntax, unknown path parameters, forbidden headers), `fencing` without `lock`, and
  * earlier routes that would take a later fenced route's writes unfenced (shadowing.ts).
  */
+import { expandEnv, type Env } from './env.js';
 import type { PolicyError } from './errors.js';
 import type { PolicyKind, PolicyKinds } from './kinds.js';
 import {
@@ -29,7 +30,11 @@ export interface ValidFile {
 export type CompileResult = { ok: true; policy: CompiledPolicy } | { ok: false; errors: PolicyError[] };
 
 /** Compiles schema-valid files for `kinds` (the registry the composition root hands in). */
-export function compilePolicy(files: readonly ValidFile[], kinds: PolicyKinds): CompileResult {
+export function compilePolicy(
+  files: readonly ValidFile[],
+  kinds: PolicyKinds,
+  env: Env = process.env,
+): CompileResult {
   const errors: PolicyError[] = [];
   // No prototype: upstream names are user-chosen ("constructor", "toString" are valid names).
   const upstreams = Object.create(null) as Record<string, CompiledUpstream>;
@@ -69,7 +74,12 @@ export function compilePolicy(files: readonly ValidFile[], kinds: PolicyKinds): 
         errors.push(source.error(['upstreams', name, foreign.field], message));
         continue;
       }
-      const compiled = kind.compileUpstream(name, raw);
+      const url = expandEnv(raw.url, env);
+      if (!url.ok) {
+        errors.push(source.error(['upstreams', name, 'url'], url.message));
+        continue;
+      }
+      const compiled = kind.compileUpstream(name, { ...raw, url: url.value });
       if (!compiled.ok) {
         for (const e of compiled.errors)
           errors.push(source.error(['upstreams', name, ...e.field], e.message));

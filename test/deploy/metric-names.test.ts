@@ -216,7 +216,10 @@ describe('metric names in the dashboard and alert rules', () => {
       // The example policies: a fenced route, a shadow-mode one, plain ones; upstream the sample.
       for (const file of ['orders.yaml', 'shadow.yaml']) {
         const text = await readFile(join(ROOT, 'policies', file), 'utf8');
-        await writeFile(join(dir, file), text.replace('url: http://127.0.0.1:9000', `url: ${sample.url}`));
+        await writeFile(
+          join(dir, file),
+          text.replace('url: http://${FENCEGATE_SAMPLE:-127.0.0.1:9000}', `url: ${sample.url}`),
+        );
       }
       const config = resolveConfig({
         flags: {

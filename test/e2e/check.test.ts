@@ -109,7 +109,7 @@ describe('fencegate check', () => {
     const r = await runCli(['check', `${F}/unset-env.yaml`], { FG_CHECK_UNSET_URL: undefined });
     expect(r.code).toBe(1);
     expect(errorLines(r.stderr)).toEqual([
-      `${F}/unset-env.yaml:6:10: upstreams.shop.url: environment variable "FG_CHECK_UNSET_URL" is not set (referenced as \${…} in url)`,
+      `${F}/unset-env.yaml:6:10: upstreams.shop.url: environment variable "FG_CHECK_UNSET_URL" is not set (referenced as \${…} in url; \${NAME:-default} gives a default)`,
     ]);
   });
 
