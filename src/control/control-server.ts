@@ -29,6 +29,7 @@ import type { EventLog } from '../observe/events.js';
 import { levelEnabled } from '../observe/log.js';
 import eventsRoutes from './events-routes.js';
 import locksRoutes from './locks-routes.js';
+import openapiRoute from './openapi-route.js';
 import statusRoutes, { storeHealth, storeHealthJson } from './status-routes.js';
 import type { PolicyHolder } from '../policy/index.js';
 import type { Metrics } from '../observe/metrics.js';
@@ -80,6 +81,7 @@ export async function buildControl(opts: {
     ...(opts.workers ? { workers: opts.workers } : {}),
   });
   await app.register(dashboardRoutes);
+  await app.register(openapiRoute);
   probeRoutes(app, opts);
   return app;
 }

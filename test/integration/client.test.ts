@@ -14,6 +14,7 @@ import { createMetrics } from '../../src/observe/metrics.js';
 import { openRedisStore } from '../../src/store/redis/store.js';
 import type { Store } from '../../src/store/types.js';
 import { startRedis, type RedisProcess } from '../helpers/procs.js';
+import { answerViolations, checkAnswers } from '../helpers/openapi.js';
 import { sleep } from '../helpers/wait.js';
 
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -28,14 +29,16 @@ async function serve(): Promise<{ url: string; redis: RedisProcess; store: Store
   cleanups.push(() => store.close());
   const metrics = createMetrics({ defaultMetrics: false });
   const issuer = new Issuer(store, metrics);
-  const app: FastifyInstance = await buildControl({
-    store,
-    issuer,
-    metrics,
-    events: new EventLog(),
-    defaultTtlMs: 10_000,
-    logLevel: 'silent',
-  });
+  const app: FastifyInstance = checkAnswers(
+    await buildControl({
+      store,
+      issuer,
+      metrics,
+      events: new EventLog(),
+      defaultTtlMs: 10_000,
+      logLevel: 'silent',
+    }),
+  );
   cleanups.push(async () => {
     issuer.shutdown();
     await app.close();
@@ -119,5 +122,11 @@ describe('client', () => {
     const fg = new FencegateClient({ url });
     await fg.acquire('job:5', { owner: 'a', ttlMs: 5000 });
     await expect(fg.acquire('job:5', { owner: 'b', waitMs: 100 })).rejects.toBeInstanceOf(LockHeldError);
+  });
+});
+
+describe('docs/openapi.json', () => {
+  it('describes every answer this file got from the control API', () => {
+    expect(answerViolations()).toEqual([]);
   });
 });

@@ -9,6 +9,7 @@ import { Issuer } from '../../src/issuer/service.js';
 import { EventLog } from '../../src/observe/events.js';
 import { createMetrics } from '../../src/observe/metrics.js';
 import { STORE_FIXTURES, type Harness } from '../helpers/stores.js';
+import { answerViolations, checkAnswers } from '../helpers/openapi.js';
 import { sleep } from '../helpers/wait.js';
 
 const fixture = STORE_FIXTURES.find((f) => f.name === 'redis')!;
@@ -20,14 +21,16 @@ beforeAll(async () => {
   h = await fixture.open();
   const metrics = createMetrics({ defaultMetrics: false });
   issuer = new Issuer(h.store, metrics);
-  app = await buildControl({
-    store: h.store,
-    issuer,
-    metrics,
-    events: new EventLog(),
-    defaultTtlMs: 10_000,
-    logLevel: 'silent',
-  });
+  app = checkAnswers(
+    await buildControl({
+      store: h.store,
+      issuer,
+      metrics,
+      events: new EventLog(),
+      defaultTtlMs: 10_000,
+      logLevel: 'silent',
+    }),
+  );
 });
 afterAll(async () => {
   issuer.shutdown();
@@ -223,5 +226,11 @@ describe('issuer API', () => {
     const r = await app.inject({ method: 'GET', url: '/readyz' });
     expect(r.statusCode).toBe(200);
     expect(r.json()).toMatchObject({ ok: true, store: { kind: 'redis', ok: true } });
+  });
+});
+
+describe('docs/openapi.json', () => {
+  it('describes every answer this file got from the control API', () => {
+    expect(answerViolations()).toEqual([]);
   });
 });

@@ -15,6 +15,7 @@ import { Exchange } from '../../src/gateway/exchange.js';
 import { Issuer } from '../../src/issuer/service.js';
 import { EventLog } from '../../src/observe/events.js';
 import { createMetrics } from '../../src/observe/metrics.js';
+import { answerViolations, checkAnswers } from '../helpers/openapi.js';
 import { STORE_FIXTURES, type Harness } from '../helpers/stores.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -31,16 +32,18 @@ beforeAll(async () => {
   const metrics = createMetrics({ defaultMetrics: false });
   issuer = new Issuer(h.store, metrics);
   const logger = pino({ level: 'debug' }, { write: (l: string) => void lines.push(JSON.parse(l) as Line) });
-  app = await buildControl({
-    store: h.store,
-    issuer,
-    metrics,
-    events: new EventLog(),
-    defaultTtlMs: 10_000,
-    logger,
-    // As while `serve --workers 2` starts: none ready yet, so /readyz answers 503.
-    workers: () => ({ ready: 0, configured: 2 }),
-  });
+  app = checkAnswers(
+    await buildControl({
+      store: h.store,
+      issuer,
+      metrics,
+      events: new EventLog(),
+      defaultTtlMs: 10_000,
+      logger,
+      // As while `serve --workers 2` starts: none ready yet, so /readyz answers 503.
+      workers: () => ({ ready: 0, configured: 2 }),
+    }),
+  );
 });
 afterAll(async () => {
   issuer.shutdown();
@@ -98,5 +101,11 @@ describe('data listener logs', () => {
     expect(out).toHaveLength(1);
     expect(out[0]).toMatchObject({ msg: 'request', clientReqId: 'client-abc-2' });
     expect(String(out[0]?.reqId)).toMatch(UUID);
+  });
+});
+
+describe('docs/openapi.json', () => {
+  it('describes every answer this file got from the control API', () => {
+    expect(answerViolations()).toEqual([]);
   });
 });
