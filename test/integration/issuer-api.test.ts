@@ -4,39 +4,20 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildControl } from '../../src/control/control-server.js';
-import { Issuer } from '../../src/issuer/service.js';
-import { EventLog } from '../../src/observe/events.js';
-import { createMetrics } from '../../src/observe/metrics.js';
-import { STORE_FIXTURES, type Harness } from '../helpers/stores.js';
-import { answerViolations, checkAnswers } from '../helpers/openapi.js';
+import { openTestControl, type TestControl } from '../helpers/control.js';
+import type { Harness } from '../helpers/stores.js';
+import { answerViolations } from '../helpers/openapi.js';
 import { sleep } from '../helpers/wait.js';
 
-const fixture = STORE_FIXTURES.find((f) => f.name === 'redis')!;
 let h: Harness;
 let app: FastifyInstance;
-let issuer: Issuer;
+let control: TestControl;
 
 beforeAll(async () => {
-  h = await fixture.open();
-  const metrics = createMetrics({ defaultMetrics: false });
-  issuer = new Issuer(h.store, metrics);
-  app = checkAnswers(
-    await buildControl({
-      store: h.store,
-      issuer,
-      metrics,
-      events: new EventLog(),
-      defaultTtlMs: 10_000,
-      logLevel: 'silent',
-    }),
-  );
+  control = await openTestControl('redis');
+  ({ app, harness: h } = control);
 });
-afterAll(async () => {
-  issuer.shutdown();
-  await app.close();
-  await h.close();
-});
+afterAll(() => control.close());
 
 const post = (url: string, payload: unknown, headers: Record<string, string> = {}) =>
   app.inject({

@@ -9,41 +9,19 @@ import { Validator } from '@seriousme/openapi-schema-validator';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ACCESS_RULES } from '../../src/auth/plugin.js';
-import { buildControl } from '../../src/control/control-server.js';
-import { Issuer } from '../../src/issuer/service.js';
-import { EventLog } from '../../src/observe/events.js';
-import { createMetrics } from '../../src/observe/metrics.js';
-import { answerViolations, checkAnswers, OPENAPI, violation } from '../helpers/openapi.js';
-import { STORE_FIXTURES, type Harness } from '../helpers/stores.js';
+import { openTestControl, type TestControl } from '../helpers/control.js';
+import { answerViolations, OPENAPI, violation } from '../helpers/openapi.js';
 
 type Spec = Parameters<Validator['validate']>[0];
 const FILE = readFileSync(new URL('../../docs/openapi.json', import.meta.url), 'utf8');
-const fixture = STORE_FIXTURES.find((f) => f.name === 'embedded')!;
-let h: Harness;
 let app: FastifyInstance;
-let issuer: Issuer;
+let control: TestControl;
 
 beforeAll(async () => {
-  h = await fixture.open();
-  const metrics = createMetrics({ defaultMetrics: false });
-  issuer = new Issuer(h.store, metrics);
-  app = checkAnswers(
-    await buildControl({
-      store: h.store,
-      issuer,
-      metrics,
-      events: new EventLog(),
-      defaultTtlMs: 10_000,
-      logLevel: 'silent',
-      workers: () => ({ ready: 1, configured: 1 }),
-    }),
-  );
+  control = await openTestControl('embedded', { workers: () => ({ ready: 1, configured: 1 }) });
+  app = control.app;
 });
-afterAll(async () => {
-  issuer.shutdown();
-  await app.close();
-  await h.close();
-});
+afterAll(() => control.close());
 
 describe('docs/openapi.json', () => {
   it('is a valid OpenAPI 3.1 document', async () => {

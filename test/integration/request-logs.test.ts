@@ -9,47 +9,26 @@ import { Socket } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildControl } from '../../src/control/control-server.js';
 import { AccessRecorder } from '../../src/gateway/access.js';
 import { Exchange } from '../../src/gateway/exchange.js';
-import { Issuer } from '../../src/issuer/service.js';
-import { EventLog } from '../../src/observe/events.js';
 import { createMetrics } from '../../src/observe/metrics.js';
-import { answerViolations, checkAnswers } from '../helpers/openapi.js';
-import { STORE_FIXTURES, type Harness } from '../helpers/stores.js';
+import { openTestControl, type TestControl } from '../helpers/control.js';
+import { answerViolations } from '../helpers/openapi.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 type Line = Record<string, unknown> & { level: number; msg: string };
 
-const fixture = STORE_FIXTURES.find((f) => f.name === 'embedded')!;
-let h: Harness;
 let app: FastifyInstance;
-let issuer: Issuer;
+let control: TestControl;
 const lines: Line[] = [];
 
 beforeAll(async () => {
-  h = await fixture.open();
-  const metrics = createMetrics({ defaultMetrics: false });
-  issuer = new Issuer(h.store, metrics);
   const logger = pino({ level: 'debug' }, { write: (l: string) => void lines.push(JSON.parse(l) as Line) });
-  app = checkAnswers(
-    await buildControl({
-      store: h.store,
-      issuer,
-      metrics,
-      events: new EventLog(),
-      defaultTtlMs: 10_000,
-      logger,
-      // As while `serve --workers 2` starts: none ready yet, so /readyz answers 503.
-      workers: () => ({ ready: 0, configured: 2 }),
-    }),
-  );
+  // As while `serve --workers 2` starts: none ready yet, so /readyz answers 503.
+  control = await openTestControl('embedded', { logger, workers: () => ({ ready: 0, configured: 2 }) });
+  app = control.app;
 });
-afterAll(async () => {
-  issuer.shutdown();
-  await app.close();
-  await h.close();
-});
+afterAll(() => control.close());
 
 const accessLines = (path: string) => lines.filter((l) => l.msg === 'request' && l.path === path);
 
