@@ -217,6 +217,19 @@ describe('the dashboard in headless Chromium', () => {
     expect(problems).toEqual([]);
   }, 60_000);
 
+  it('shows the version and uptime of the process it watches, beside the store', async () => {
+    const status = (await (await fetch(`${fg.control}/v1/status`)).json()) as { version: string };
+    await page.waitForFunction(
+      (v) =>
+        /^fencegate \S+ · up \d/.test(document.getElementById('build')?.textContent ?? '') &&
+        (document.getElementById('build')?.textContent ?? '').startsWith(`fencegate ${v} · up `),
+      status.version,
+      { timeout: 5000 },
+    );
+    expect(await page.locator('#store-pill').textContent()).toMatch(/^store redis: ok$/);
+    expect(problems).toEqual([]);
+  });
+
   it('renders attacker-chosen lock keys and paths as text, never as markup', async () => {
     const key = '<img src=x onerror=alert(1)>';
     const l = await acquire(key, '<b>mallory</b>', 60_000);

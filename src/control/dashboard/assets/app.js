@@ -433,10 +433,25 @@
     return el('td', cls, `breaker ${state.replace('_', '-')}`);
   }
 
+  /** 3725 → "1h 2m 5s": an uptime an operator reads at a glance. */
+  function duration(seconds) {
+    const parts = [];
+    const d = Math.floor(seconds / 86400);
+    const h = Math.floor((seconds % 86400) / 3600);
+    const m = Math.floor((seconds % 3600) / 60);
+    if (d > 0) parts.push(`${d}d`);
+    if (d > 0 || h > 0) parts.push(`${h}h`);
+    if (d === 0 && (h > 0 || m > 0)) parts.push(`${m}m`);
+    if (d === 0 && h === 0) parts.push(`${seconds % 60}s`);
+    return parts.join(' ');
+  }
+
   async function loadStatus() {
     const res = await api('/v1/status');
     if (!res.ok) return;
     const s = await res.json();
+    const workers = s.workers ? ` · workers ${s.workers.ready}/${s.workers.configured}` : '';
+    $('build').textContent = `fencegate ${s.version} · up ${duration(s.uptimeS)}${workers}`;
     const pill = $('store-pill');
     pill.textContent = `store ${s.store.kind}: ${s.store.ok ? 'ok' : 'DOWN'}`;
     pill.className = `pill ${s.store.ok ? 'pill-ok' : 'pill-bad'}`;
