@@ -217,6 +217,25 @@ describe('the dashboard in headless Chromium', () => {
     expect(problems).toEqual([]);
   }, 60_000);
 
+  it('shows each event at its date, time and zone offset, and how long ago it was', async () => {
+    const times = await page.locator('#feed tbody tr td:nth-child(2)').allTextContents();
+    expect(times.length).toBeGreaterThan(0);
+    for (const t of times)
+      expect(t).toMatch(
+        /^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} [+-]\d{2}:\d{2} · (just now|\d+ s ago|\d+ min ago)$/,
+      );
+    // The newest row's date is its event's, in the browser's zone (the test's): not a bare time.
+    const shown = Number(await page.locator('#feed tbody tr td:nth-child(1)').first().textContent());
+    const events = (await (await fetch(`${fg.control}/v1/events?limit=500`)).json()) as {
+      events: { id: number; time: string }[];
+    };
+    const d = new Date(events.events.find((e) => e.id === shown)?.time ?? 0);
+    const pad = (n: number) => String(n).padStart(2, '0');
+    expect(times[0]?.slice(0, 19)).toBe(
+      `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`,
+    );
+  });
+
   it('shows the version and uptime of the process it watches, beside the store', async () => {
     const status = (await (await fetch(`${fg.control}/v1/status`)).json()) as { version: string };
     await page.waitForFunction(

@@ -171,6 +171,30 @@
     );
   }
 
+  const pad = (n) => String(n).padStart(2, '0');
+
+  /**
+   * "2026-12-04 11:28:48 +01:00 · 12 s ago": the date, the time and the zone offset of
+   * the browser's clock, so a time pasted into an incident channel means one instant,
+   * and how long ago it was when the row was drawn.
+   */
+  function when(iso) {
+    const d = new Date(iso);
+    const off = -d.getTimezoneOffset();
+    const zone = `${off >= 0 ? '+' : '-'}${pad(Math.floor(Math.abs(off) / 60))}:${pad(Math.abs(off) % 60)}`;
+    const date = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
+    const time = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+    return `${date} ${time} ${zone} · ${ago(Date.now() - d.getTime())}`;
+  }
+
+  function ago(ms) {
+    const s = Math.max(0, Math.round(ms / 1000));
+    if (s < 1) return 'just now';
+    if (s < 120) return `${s} s ago`;
+    if (s < 7200) return `${Math.round(s / 60)} min ago`;
+    return `${Math.round(s / 3600)} h ago`;
+  }
+
   function renderFeed(shown) {
     const rows = [];
     for (let i = shown.length - 1; i >= 0 && rows.length < FEED_ROWS; i--) {
@@ -180,7 +204,7 @@
       rows.push(
         row([
           el('td', 'num', e.id),
-          new Date(e.time).toLocaleTimeString(),
+          el('td', 'time', when(e.time)),
           e.type + (e.enforced ? '' : ' (shadow)'),
           reason,
           e.route ?? '–',
