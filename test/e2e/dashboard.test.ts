@@ -345,6 +345,36 @@ describe('the dashboard in headless Chromium', () => {
     expect(problems).toEqual([]);
   }, 180_000);
 
+  it('keeps its filters in the URL: a shared link opens the same view, a change updates it', async () => {
+    const shared = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    try {
+      await shared.goto(`${fg.control}/dashboard?route=order-writes&reason=stale&lock=order%3A*&group=lock`);
+      await shared.waitForFunction(
+        () =>
+          (document.getElementById('f-route') as unknown as { value: string } | null)?.value ===
+          'order-writes',
+        undefined,
+        { timeout: 10_000 },
+      );
+      const value = (id: string) => shared.locator(`#${id}`).inputValue();
+      expect([await value('f-lock'), await value('f-reason'), await value('f-group')]).toEqual([
+        'order:*',
+        'stale',
+        'lock',
+      ]);
+      await shared.locator('#f-lock').fill('order:9');
+      await shared.waitForURL((u) => u.searchParams.get('lock') === 'order:9', { timeout: 5000 });
+      expect(new URL(shared.url()).searchParams.get('route')).toBe('order-writes');
+      await shared.locator('#f-clear').click();
+      await shared.waitForURL((u) => !u.searchParams.has('lock') && !u.searchParams.has('route'), {
+        timeout: 5000,
+      });
+      expect(new URL(shared.url()).searchParams.get('group')).toBe('lock');
+    } finally {
+      await shared.close();
+    }
+  });
+
   it('shows the lock page last asked for when an older listing answers after it', async () => {
     for (let i = 0; i < 60; i++)
       await acquire(`race-page:${String(i).padStart(2, '0')}`, `racer-${i}`, 120_000);

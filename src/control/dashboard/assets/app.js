@@ -137,6 +137,32 @@
     };
   }
 
+  /**
+   * The filters live in the page's URL (?route=…&lock=…&reason=…&group=lock), so a view
+   * pasted into an incident channel opens as it was. A route named in the URL is chosen
+   * once the routes are known (the list comes with the first status).
+   */
+  const FILTER_KEYS = ['route', 'lock', 'reason', 'group'];
+  let routeFromUrl = null;
+
+  function filtersFromUrl() {
+    const q = new URLSearchParams(location.search);
+    if (q.get('lock') !== null) $('f-lock').value = q.get('lock');
+    if (REASONS.includes(q.get('reason'))) $('f-reason').value = q.get('reason');
+    if (q.get('group') === 'lock') $('f-group').value = 'lock';
+    routeFromUrl = q.get('route');
+  }
+
+  function filtersToUrl(f) {
+    const q = new URLSearchParams(location.search);
+    for (const k of FILTER_KEYS) q.delete(k);
+    const wanted = { ...f, route: f.route || routeFromUrl || '', group: f.group === 'route' ? '' : f.group };
+    for (const k of FILTER_KEYS) if (wanted[k]) q.set(k, wanted[k]);
+    const search = q.toString();
+    const url = `${location.pathname}${search ? `?${search}` : ''}`;
+    if (url !== `${location.pathname}${location.search}`) history.replaceState(null, '', url);
+  }
+
   function matches(e, f) {
     if (f.route && e.route !== f.route) return false;
     if (f.reason && e.reason !== f.reason) return false;
@@ -161,6 +187,7 @@
   function render() {
     if (events.length > MAX_EVENTS) events = events.slice(events.length - MAX_EVENTS);
     const f = filters();
+    filtersToUrl(f);
     const shown = events.filter((e) => matches(e, f));
     $('total').textContent = String(total);
     $('buffered').textContent = String(events.length);
@@ -507,13 +534,17 @@
       ),
     );
     const select = $('f-route');
-    const chosen = select.value;
+    const chosen = select.value || routeFromUrl || '';
     const names = s.routes.filter((r) => r.lock !== null).map((r) => r.name);
     const have = [...select.options].map((o) => o.value).slice(1);
     if (names.join('\n') !== have.join('\n')) {
       select.replaceChildren(el('option', '', 'all'), ...names.map((n) => el('option', '', n)));
       select.options[0].value = '';
       select.value = names.includes(chosen) ? chosen : '';
+    }
+    if (routeFromUrl !== null) {
+      routeFromUrl = null;
+      scheduleRender();
     }
   }
 
@@ -522,6 +553,7 @@
   function start() {
     const reasons = $('f-reason');
     for (const r of REASONS) reasons.append(el('option', '', r));
+    filtersFromUrl();
     for (const id of ['f-route', 'f-reason', 'f-group']) $(id).addEventListener('change', scheduleRender);
     $('f-lock').addEventListener('input', scheduleRender);
     $('f-clear').addEventListener('click', () => {
