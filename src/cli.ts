@@ -6,7 +6,6 @@
  * a non-zero exit code. Once `serve` has its logger, everything it prints is a pino
  * log line (src/observe/log.ts); a start that fails then is also logged (fatal).
  */
-import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { AuthFileError } from './auth/file.js';
 import { ConfigError, exposureProblem, resolveConfig } from './config.js';
@@ -14,10 +13,7 @@ import type { RawSettings, ServeConfig } from './config.js';
 import { SETTINGS, SETTING_ROWS, describeDefault, type SettingKey, type SettingRow } from './settings.js';
 import type { Logger } from './observe/log.js';
 import type { WorkerRole } from './workers/ipc.js';
-
-const VERSION = (
-  JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }
-).version;
+import { VERSION } from './version.js';
 
 /** Usage text wraps at this width; option descriptions start at column OPTION_COLUMN. */
 const WIDTH = 110;

@@ -37,6 +37,10 @@ export const PROBLEMS = {
   'upstream-timeout': { status: 504, title: 'The upstream did not answer in time' },
   'forward-interrupted': { status: 502, title: 'The gateway cut the request while forwarding it' },
   'payload-too-large': { status: 413, title: 'The request body is too large' },
+  'unsupported-media-type': {
+    status: 415,
+    title: 'The request body is not of a media type this endpoint reads',
+  },
   'request-timeout': { status: 408, title: 'The request body did not arrive in time' },
   'headers-too-large': { status: 431, title: 'The request headers are too large' },
   'expectation-failed': { status: 417, title: 'The Expect header asks for something the server does not do' },

@@ -173,6 +173,7 @@ export async function openCore(
   // A missing default ./policies is fine: a first run needs no policy (the issuer alone is useful).
   const opened = await PolicyHolder.openFor(config.policies, KINDS, {
     mayBeMissing: config.policies === DEFAULTS.policies,
+    env: policyEnv(config),
   });
   if (!opened.ok) throw new Error(`invalid policies: ${opened.errors.map(formatPolicyError).join('; ')}`);
   const policy = opened.holder;
@@ -193,7 +194,7 @@ export async function openCore(
     const sequencerKeys = await openSequencerKeys(
       config.sequencerKeys,
       config.store,
-      (line) => (quiet && starting ? logger.debug(line) : lifecycle.warn(line)),
+      (level, line) => (quiet && starting ? logger.debug(line) : lifecycle[level](line)),
       { allowReadable: config.allowReadableKeyFile },
     );
     starting = false;
@@ -206,6 +207,19 @@ export async function openCore(
     await runClosers(closers);
     throw err;
   }
+}
+
+/**
+ * What `${NAME}` in the policy's upstream urls reads: the environment, and with
+ * `--sample HOST:PORT` FENCEGATE_SAMPLE set to that address, so the example policy
+ * (`url: http://${FENCEGATE_SAMPLE:-127.0.0.1:9000}`) points wherever the sample runs:
+ * one setting moves both (`npm start -- --sample 127.0.0.1:9100`).
+ */
+export function policyEnv(config: Readonly<ServeConfig>): NodeJS.ProcessEnv {
+  const sample = config.sample;
+  if (sample === null) return process.env;
+  const host = sample.host.includes(':') ? `[${sample.host}]` : sample.host;
+  return { ...process.env, FENCEGATE_SAMPLE: `${host}:${sample.port}` };
 }
 
 /** The event log the control listener serves: owners looked up, lines rate-limited. */

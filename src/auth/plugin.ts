@@ -49,6 +49,7 @@ export const ACCESS_RULES: Readonly<Record<string, AccessRule>> = Object.freeze(
   'GET /healthz': { endpoint: 'healthz' },
   'GET /readyz': { endpoint: 'readyz' },
   'GET /metrics': { endpoint: 'metrics' },
+  'GET /v1/openapi.json': { open: true },
   'GET /dashboard': { open: true },
   'GET /dashboard/app.js': { open: true },
   'GET /dashboard/style.css': { open: true },

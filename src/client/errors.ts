@@ -187,6 +187,7 @@ export const CODE_ERRORS: Readonly<Record<string, ErrorClass>> = {
   'constraint-violation': RequestError,
   'idempotency-mismatch': RequestError,
   'host-not-allowed': RequestError,
+  'unsupported-media-type': RequestError,
   unauthenticated: AuthError,
   forbidden: AuthError,
   'lock-not-found': NotFoundError,

@@ -19,6 +19,7 @@ import {
   sendProblem,
 } from '../http/problems.js';
 import { checkHost, type HostAllowList } from '../http/allowed-hosts.js';
+import { clientRequestId, newRequestId } from '../http/request-id.js';
 import { httpsOption, type ListenerTls } from '../http/tls.js';
 import type { Authenticator } from '../auth/authenticate.js';
 import authPlugin from '../auth/plugin.js';
@@ -30,6 +31,7 @@ import type { EventLog } from '../observe/events.js';
 import { levelEnabled } from '../observe/log.js';
 import eventsRoutes from './events-routes.js';
 import locksRoutes from './locks-routes.js';
+import openapiRoute from './openapi-route.js';
 import statusRoutes, { storeHealth, storeHealthJson } from './status-routes.js';
 import type { PolicyHolder } from '../policy/index.js';
 import type { Metrics } from '../observe/metrics.js';
@@ -103,6 +105,7 @@ export async function buildControl(opts: {
     ...(opts.workers ? { workers: opts.workers } : {}),
   });
   await app.register(dashboardRoutes);
+  await app.register(openapiRoute);
   probeRoutes(app, opts);
   return app;
 }
@@ -157,6 +160,8 @@ function baseApp(
     // One access line per request (ControlLogController), not fastify's two at info.
     logController: new ControlLogController(opts.accessLog ?? true),
     bodyLimit: 64 * 1024,
+    // The same scheme as the data listener's (src/http/request-id.ts), not fastify's req-1, req-2.
+    genReqId: newRequestId,
     routerOptions: { maxParamLength: 1024 },
     forceCloseConnections: true,
     return503OnClosing: true,
@@ -167,6 +172,10 @@ function baseApp(
   });
   opts.tls?.attach(app.server as unknown as TlsServer, app.log);
   installProblemHandlers(app, 'not-found');
+  // The control API reads JSON bodies only: fastify's text/plain parser would hand a
+  // text body to the routes, to be refused as a malformed body (400) rather than as a
+  // media type it does not read (415 unsupported-media-type, like any other type).
+  app.removeContentTypeParser('text/plain');
   refuseUnknownExpectations(app.server);
   refuseTunnels(app.server);
   app.addHook('onRequest', (request, reply, done) => {
@@ -178,8 +187,13 @@ function baseApp(
   return app;
 }
 
-/** Probes, scrapes and the dashboard's status poll: logged at debug, so they do not drown the info log. */
-const QUIET_PATHS = new Set(['/healthz', '/readyz', '/metrics', '/v1/status']);
+/**
+ * Probes: logged at debug whatever they answer (a /readyz 503 while workers start or the
+ * store is down is what the probe is for, not news; the lifecycle lines say why).
+ * Scrapes and the dashboard's status poll: at debug unless they fail (5xx).
+ */
+const PROBE_PATHS = new Set(['/healthz', '/readyz']);
+const QUIET_PATHS = new Set(['/metrics', '/v1/status']);
 
 /** The control listener's access log: a line per request, probes and scrapes at debug. */
 class ControlLogController extends LogController {
@@ -196,7 +210,8 @@ class ControlLogController extends LogController {
 
 function logControlRequest(request: FastifyRequest, reply: FastifyReply): void {
   const path = request.routeOptions.url ?? request.url.split('?', 1)[0] ?? '/';
-  const level = QUIET_PATHS.has(path) && reply.statusCode < 500 ? 'debug' : 'info';
+  const quiet = PROBE_PATHS.has(path) || (QUIET_PATHS.has(path) && reply.statusCode < 500);
+  const level = quiet ? 'debug' : 'info';
   if (!levelEnabled(request.log, level)) return;
   request.log[level](
     {
@@ -206,6 +221,7 @@ function logControlRequest(request: FastifyRequest, reply: FastifyReply): void {
       status: reply.statusCode,
       ms: Math.round(reply.elapsedTime * 1000) / 1000,
       client: request.ip,
+      clientReqId: clientRequestId(request.headers),
     },
     'request',
   );

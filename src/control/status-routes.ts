@@ -8,6 +8,7 @@ import fp from 'fastify-plugin';
 import type { PolicyHolder } from '../policy/index.js';
 import type { Store, StoreHealth } from '../store/types.js';
 import type { BreakerBoard } from '../breakers/board.js';
+import { VERSION } from '../version.js';
 import type { EventLog } from '../observe/events.js';
 
 /** The store's health; a store that throws is reported unhealthy, never as an error. */
@@ -60,6 +61,9 @@ async function statusRoutes(app: FastifyInstance, opts: StatusRoutesOptions): Pr
     }));
     return {
       time: new Date().toISOString(),
+      // What runs, since when: the dashboard's header shows it beside the store.
+      version: VERSION,
+      uptimeS: Math.floor(process.uptime()),
       store: { ...storeHealthJson(health), breaker: opts.breakers?.store() ?? null },
       upstreams,
       routes,

@@ -8,6 +8,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { pathOf } from '../http/problems.js';
 import { levelEnabled } from '../observe/log.js';
 import type { Metrics } from '../observe/metrics.js';
+import { clientRequestId } from '../http/request-id.js';
 import type { Exchange } from './exchange.js';
 
 export class AccessRecorder {
@@ -42,6 +43,7 @@ function logAccess(ex: Exchange): void {
       status: ex.res.statusCode,
       ms: Math.round((performance.now() - ex.arrived) * 1000) / 1000,
       client: ex.ip,
+      clientReqId: clientRequestId(ex.headers),
       fence: fence?.mode ?? null,
       ...(fence !== null && fence.lock !== null ? { lock: fence.lock } : {}),
       ...(fence !== null && fence.token !== null ? { token: fence.token.toString(10) } : {}),

@@ -4,12 +4,12 @@
  * forward, and the gateway's own answers (a problem, or a kind's own answer). The
  * upstream's answers are written to `res` directly by the forward step.
  */
-import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { TLSSocket } from 'node:tls';
 import type { FastifyBaseLogger } from 'fastify';
 import { PROBLEM_CONTENT_TYPE, type ProblemError } from '../errors.js';
 import { problemHeaders, type ProblemFormat } from '../http/problems.js';
+import { newRequestId } from '../http/request-id.js';
 import type { GatewayRequestState } from './context.js';
 import type { Headers } from './headers.js';
 
@@ -66,7 +66,7 @@ export class Exchange {
    * on first use: a write refused before it reached the store is answered without one.
    */
   get id(): string {
-    return (this.madeId ??= randomUUID());
+    return (this.madeId ??= newRequestId());
   }
 
   get headers(): IncomingMessage['headers'] {

@@ -6,7 +6,13 @@
  * listener, part of the proxy's contract; `not-found` on the control listener).
  */
 import type { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  STATUS_CODES,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { Socket } from 'node:net';
 import {
   PROBLEM_CONTENT_TYPE,
@@ -66,7 +72,7 @@ export function pathOf(url: string): string {
 /** The problem for an error fastify or a handler raised (never a bare 500 for client errors). */
 export function problemFor(
   error: FastifyError | Error,
-  request: { readonly log: FastifyBaseLogger; readonly id: string },
+  request: { readonly log: FastifyBaseLogger; readonly id: string; readonly headers?: IncomingHttpHeaders },
 ): ProblemError {
   if (error instanceof ProblemError) return error;
   if (error instanceof StoreUnavailableError) {
@@ -80,6 +86,14 @@ export function problemFor(
   }
   const status = (error as FastifyError).statusCode ?? 500;
   if (status === 413) return new ProblemError('payload-too-large', error.message);
+  if (status === 415) {
+    const sent = request.headers?.['content-type'];
+    return new ProblemError(
+      'unsupported-media-type',
+      `${sent === undefined ? 'a body without a content-type' : `content-type "${sent}"`}: ` +
+        'this endpoint reads "content-type: application/json"',
+    );
+  }
   if (status === 404) return new ProblemError('not-found', error.message);
   if (status === 405) return new ProblemError('method-not-allowed', error.message);
   if (status >= 400 && status < 500) return new ProblemError('bad-request', error.message);

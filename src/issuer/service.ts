@@ -71,7 +71,7 @@ function storeRequest(input: QueueInput): AcquireRequest {
   return req;
 }
 
-/** A lease this issuer granted, for fencegate_hold_seconds. Times are this process's ms. */
+/** A lease this issuer granted, for fencegate_lease_hold_duration_seconds. Times are this process's ms. */
 interface Grant {
   key: string;
   owner: string;
@@ -363,7 +363,7 @@ export class Issuer {
   }
 
   /**
-   * Hold times (fencegate_hold_seconds{end}) cover every lease this issuer granted: a
+   * Hold times (fencegate_lease_hold_duration_seconds{end}) cover every lease this issuer granted: a
    * release ends it `released` (held until now); a refused renewal or release, a new
    * grant of the same key, or the sweep finding it past its expiry end it `expired`
    * (held until it lapsed). Only calls through this issuer are seen: a lease renewed or

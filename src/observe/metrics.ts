@@ -21,6 +21,7 @@ import { BREAKER_STATES, type BreakerState } from '../breakers/circuit.js';
 import { CUT_REASONS, FENCED_REASONS, IDEMPOTENCY_OUTCOMES, type FencedReason } from '../gateway/reasons.js';
 import type { CompiledPolicy } from '../policy/index.js';
 import { STORE_OPS } from '../store/ops.js';
+import { VERSION } from '../version.js';
 
 /** Status classes of fencegate_requests_total; index = Math.floor(status / 100). */
 export const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx'] as const;
@@ -155,6 +156,54 @@ class TalliedHistogram<L extends string> extends Histogram<L> {
   }
 }
 
+/**
+ * The duration histograms renamed to the `_duration_seconds` convention in 0.2, each
+ * with the name it had before, still exported (same help, labels and values) as a
+ * deprecated alias for one release: new name → old name. docs/observability.md,
+ * "Deprecated names".
+ */
+export const DEPRECATED_ALIASES = {
+  fencegate_acquire_duration_seconds: 'fencegate_acquire_seconds',
+  fencegate_lease_hold_duration_seconds: 'fencegate_hold_seconds',
+  fencegate_drain_wait_duration_seconds: 'fencegate_drain_wait_seconds',
+} as const;
+
+/** A histogram exported under its name and its deprecated one: every observation goes to both. */
+class AliasedHistogram<L extends string> {
+  private readonly main: Histogram<L>;
+  private readonly alias: Histogram<L>;
+
+  constructor(config: {
+    name: keyof typeof DEPRECATED_ALIASES;
+    help: string;
+    labelNames: readonly L[];
+    buckets: number[];
+    registers: Registry[];
+  }) {
+    this.main = new Histogram<L>(config);
+    this.alias = new Histogram<L>({
+      ...config,
+      name: DEPRECATED_ALIASES[config.name],
+      help: `Deprecated alias of ${config.name} (removed in the next release): ${config.help}`,
+    });
+  }
+
+  observe(labels: Partial<Record<L, string>>, seconds: number): void {
+    this.main.observe(labels, seconds);
+    this.alias.observe(labels, seconds);
+  }
+
+  /** Makes the series of `labels` exist at 0 under both names. */
+  zero(labels: Record<L, string>): void {
+    this.main.zero(labels);
+    this.alias.zero(labels);
+  }
+
+  get(): ReturnType<Histogram<L>['get']> {
+    return this.main.get();
+  }
+}
+
 /** A fenced route's hot-path tallies, resolved once per route name. */
 export interface FenceTallies {
   readonly admitted: Tally;
@@ -239,6 +288,14 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
 
   const metrics = {
     registry,
+    buildInfo: new Gauge({
+      name: 'fencegate_build_info',
+      help: "fencegate's version and the Node.js version running it; always 1",
+      labelNames: ['version', 'node'] as const,
+      // With --workers every process runs the same build: one series, not their sum.
+      aggregator: 'max',
+      registers,
+    }),
     trackedLocks: new Gauge({
       name: 'fencegate_tracked_locks',
       help: 'Entries held now in a bounded per-lock structure of this process (locks, leases or sessions; see docs/observability.md for each bound)',
@@ -273,8 +330,8 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
     heldAdmissions: held.counter,
     /** Published from tallies (fenceOf(route).refused(reason, enforced)). */
     fencedWrites: fenced.counter,
-    acquireSeconds: new Histogram({
-      name: 'fencegate_acquire_seconds',
+    acquireSeconds: new AliasedHistogram({
+      name: 'fencegate_acquire_duration_seconds',
       help: 'Time to answer an acquire, including waiting in the queue',
       labelNames: ['outcome'] as const,
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
@@ -285,8 +342,8 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
       help: 'Acquire attempts that found the lock held',
       registers,
     }),
-    holdSeconds: new Histogram({
-      name: 'fencegate_hold_seconds',
+    holdSeconds: new AliasedHistogram({
+      name: 'fencegate_lease_hold_duration_seconds',
       help: 'How long leases granted by this issuer were held, by how they ended (released, expired)',
       labelNames: ['end'] as const,
       buckets: [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800, 3600],
@@ -323,8 +380,8 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
       help: 'Waiting acquires that gave up after waitMs',
       registers,
     }),
-    drainWaitSeconds: new Histogram({
-      name: 'fencegate_drain_wait_seconds',
+    drainWaitSeconds: new AliasedHistogram({
+      name: 'fencegate_drain_wait_duration_seconds',
       help: 'Time a write waited at the drain barrier for lower-token writes to finish',
       labelNames: ['outcome'] as const,
       buckets: [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30],
@@ -501,6 +558,7 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}) {
   for (const reason of CUT_REASONS) metrics.forwardsCut.inc({ reason }, 0);
   for (const reason of ['unauthenticated', 'forbidden', 'throttled', 'busy'])
     metrics.authRefusals.inc({ reason }, 0);
+  metrics.buildInfo.set({ version: VERSION, node: process.versions.node }, 1);
   return metrics;
 }
 

@@ -5,6 +5,7 @@
  * (syntax, unknown path parameters, forbidden headers), `fencing` without `lock`, and
  * earlier routes that would take a later fenced route's writes unfenced (shadowing.ts).
  */
+import { expandEnv, type Env } from './env.js';
 import type { PolicyError } from './errors.js';
 import type { PolicyKind, PolicyKinds } from './kinds.js';
 import {
@@ -30,11 +31,21 @@ export interface ValidFile {
 export type CompileResult = { ok: true; policy: CompiledPolicy } | { ok: false; errors: PolicyError[] };
 
 /** Compiles schema-valid files for `kinds` (the registry the composition root hands in). */
-export function compilePolicy(files: readonly ValidFile[], kinds: PolicyKinds): CompileResult {
+export function compilePolicy(
+  files: readonly ValidFile[],
+  kinds: PolicyKinds,
+  env: Env = process.env,
+): CompileResult {
   const errors: PolicyError[] = [];
   // No prototype: upstream names are user-chosen ("constructor", "toString" are valid names).
   const upstreams = Object.create(null) as Record<string, CompiledUpstream>;
   const upstreamSeenAt = new Map<string, PolicyError>();
+  /**
+   * The kind each declared upstream names (null: an unknown kind), also for an upstream
+   * that did not compile: its routes' fields are judged by the kind it declares, so one
+   * bad upstream (an unset ${ENV} in its url) is one error, not one per route field.
+   */
+  const declaredKinds = new Map<string, PolicyKind | null>();
 
   for (const { source, data } of files) {
     for (const [name, raw] of Object.entries(data.upstreams ?? {})) {
@@ -48,7 +59,8 @@ export function compilePolicy(files: readonly ValidFile[], kinds: PolicyKinds): 
         continue;
       }
       upstreamSeenAt.set(name, here);
-      const kind = kinds[raw.kind] ?? null;
+      const kind = Object.hasOwn(kinds, raw.kind) ? (kinds[raw.kind] ?? null) : null;
+      declaredKinds.set(name, kind);
       if (kind === null) {
         const known = Object.keys(kinds).join(', ');
         errors.push(
@@ -63,7 +75,12 @@ export function compilePolicy(files: readonly ValidFile[], kinds: PolicyKinds): 
         errors.push(source.error(['upstreams', name, foreign.field], message));
         continue;
       }
-      const compiled = kind.compileUpstream(name, raw);
+      const url = expandEnv(raw.url, env);
+      if (!url.ok) {
+        errors.push(source.error(['upstreams', name, 'url'], url.message));
+        continue;
+      }
+      const compiled = kind.compileUpstream(name, { ...raw, url: url.value });
       if (!compiled.ok) {
         for (const e of compiled.errors)
           errors.push(source.error(['upstreams', name, ...e.field], e.message));
@@ -102,7 +119,7 @@ export function compilePolicy(files: readonly ValidFile[], kinds: PolicyKinds): 
       } else {
         routeSeenAt.set(raw.name, nameAt);
       }
-      const route = compileRoute(kinds, raw, upstreams, upstreamSeenAt.has(raw.upstream), (field, message) =>
+      const route = compileRoute(kinds, raw, upstreams, declaredKinds, (field, message) =>
         errors.push(source.error(at(...field), message)),
       );
       if (route !== null) {
@@ -160,7 +177,7 @@ function compileRoute(
   kinds: PolicyKinds,
   raw: RawRoute,
   upstreams: Record<string, CompiledUpstream>,
-  upstreamDeclared: boolean,
+  declaredKinds: ReadonlyMap<string, PolicyKind | null>,
   report: Report,
 ): Omit<CompiledRoute, 'file' | 'line'> | null {
   let ok = true;
@@ -169,7 +186,7 @@ function compileRoute(
     report(field, message);
   };
   const upstream = Object.hasOwn(upstreams, raw.upstream) ? upstreams[raw.upstream] : undefined;
-  if (!upstreamDeclared) fail(['upstream'], `unknown upstream "${raw.upstream}"`);
+  if (!declaredKinds.has(raw.upstream)) fail(['upstream'], `unknown upstream "${raw.upstream}"`);
 
   let path = parsePathPattern(raw.path);
   if (!path.ok) fail(['path'], path.reason);
@@ -195,13 +212,16 @@ function compileRoute(
     fail(['fencing'], 'fencing settings need a "lock" on the route');
   }
 
-  // Fields that belong to other kinds (a postgres `table` on an http route) are errors.
-  const kind = upstream === undefined ? null : (kinds[upstream.kind] ?? null);
-  for (const other of Object.values(kinds)) {
-    if (other.name === kind?.name) continue;
-    for (const field of Object.keys(other.routeFields)) {
-      if (raw[field] !== undefined && !(kind !== null && Object.hasOwn(kind.routeFields, field))) {
-        fail([field], `only routes of a "${other.name}" upstream take "${field}"`);
+  // Fields that belong to other kinds (a postgres `table` on an http route) are errors,
+  // judged by the kind the upstream declares (compiled or not); an unknown upstream or
+  // kind was reported already, and says nothing about which fields its routes may take.
+  const kind = declaredKinds.get(raw.upstream) ?? null;
+  if (kind !== null) {
+    for (const other of Object.values(kinds)) {
+      if (other === kind) continue;
+      for (const field of Object.keys(other.routeFields)) {
+        if (raw[field] !== undefined && !Object.hasOwn(kind.routeFields, field))
+          fail([field], `only routes of a "${other.name}" upstream take "${field}"`);
       }
     }
   }

@@ -6,6 +6,7 @@
 import { statSync, watch as fsWatch, type FSWatcher } from 'node:fs';
 import { pathExists } from '../paths.js';
 import { basename, dirname } from 'node:path';
+import type { Env } from './env.js';
 import type { PolicyError } from './errors.js';
 import type { PolicyKinds } from './kinds.js';
 import { loadPolicies } from './load.js';
@@ -45,6 +46,8 @@ export class PolicyHolder {
     /** The kinds its upstreams may be of (the registry the composition root hands in). */
     readonly kinds: PolicyKinds,
     initial: CompiledPolicy = EMPTY_POLICY,
+    /** What `${NAME}` in an upstream's url reads, at every load (src/policy/env.ts). */
+    private readonly env: Env = process.env,
   ) {
     this.policy = initial;
   }
@@ -57,14 +60,15 @@ export class PolicyHolder {
   static async openFor(
     path: string,
     kinds: PolicyKinds,
-    options: { mayBeMissing?: boolean } = {},
+    options: { mayBeMissing?: boolean; env?: Env } = {},
   ): Promise<{ ok: true; holder: PolicyHolder; missing: boolean } | { ok: false; errors: PolicyError[] }> {
+    const env = options.env ?? process.env;
     if (options.mayBeMissing === true && !(await pathExists(path))) {
-      return { ok: true, holder: new PolicyHolder(path, kinds), missing: true };
+      return { ok: true, holder: new PolicyHolder(path, kinds, EMPTY_POLICY, env), missing: true };
     }
-    const loaded = await loadPolicies(path, kinds);
+    const loaded = await loadPolicies(path, kinds, env);
     return loaded.ok
-      ? { ok: true, holder: new PolicyHolder(path, kinds, loaded.policy), missing: false }
+      ? { ok: true, holder: new PolicyHolder(path, kinds, loaded.policy, env), missing: false }
       : loaded;
   }
 
@@ -169,7 +173,7 @@ export class PolicyHolder {
   }
 
   private async loadOnce(): Promise<ReloadResult> {
-    const loaded = await loadPolicies(this.path, this.kinds);
+    const loaded = await loadPolicies(this.path, this.kinds, this.env);
     if (!loaded.ok) return loaded;
     this.policy = loaded.policy;
     for (const listener of this.listeners) listener(loaded.policy);

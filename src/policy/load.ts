@@ -7,6 +7,7 @@
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { compilePolicy, type ValidFile } from './compile.js';
+import type { Env } from './env.js';
 import type { PolicyError } from './errors.js';
 import type { PolicyKinds } from './kinds.js';
 import type { CompiledPolicy } from './model.js';
@@ -18,7 +19,12 @@ export type LoadResult = { ok: true; policy: CompiledPolicy } | { ok: false; err
 const POLICY_FILE = /\.ya?ml$/i;
 
 /** Loads the policy at `path` for `kinds` (the registry the composition root hands in). */
-export async function loadPolicies(path: string, kinds: PolicyKinds): Promise<LoadResult> {
+/** `env` is what `${NAME}` in an upstream's url reads (src/policy/env.ts); default the process's. */
+export async function loadPolicies(
+  path: string,
+  kinds: PolicyKinds,
+  env: Env = process.env,
+): Promise<LoadResult> {
   const listed = await listPolicyFiles(path);
   if (!listed.ok) return listed;
   const errors: PolicyError[] = [];
@@ -29,7 +35,7 @@ export async function loadPolicies(path: string, kinds: PolicyKinds): Promise<Lo
     else errors.push(...result.errors);
   }
   if (errors.length > 0) return { ok: false, errors };
-  return compilePolicy(valid, kinds);
+  return compilePolicy(valid, kinds, env);
 }
 
 /**

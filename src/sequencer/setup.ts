@@ -18,17 +18,19 @@ export const EMBEDDED_KEY_FILE = 'sequencer-keys.json';
 export async function openSequencerKeys(
   configured: string | null,
   storeSpec: string,
-  log: (line: string) => void,
+  /** `info` for a notice (a key file made), `warn` for what needs an operator (none, a failed reload). */
+  log: (level: 'info' | 'warn', line: string) => void,
   opts: { allowReadable?: boolean } = {},
 ): Promise<KeyRing | null> {
   const onError = (err: unknown) =>
     log(
+      'warn',
       `sequencer keys: reload failed, keeping the last good keys: ${err instanceof Error ? err.message : String(err)}`,
     );
   const ringOptions = {
     onError,
     allowReadable: opts.allowReadable ?? false,
-    onWarning: (w: string) => log(`sequencer keys: ${w}`),
+    onWarning: (w: string) => log('warn', `sequencer keys: ${w}`),
   };
   if (configured !== null) {
     return KeyRing.open(configured, ringOptions).catch((err: unknown) => {
@@ -42,6 +44,7 @@ export async function openSequencerKeys(
   }
   if (storeKindOf(storeSpec) !== 'embedded') {
     log(
+      'warn',
       'sequencer keys: none (no --sequencer-keys FILE): acquire and renew answers carry no sequencer, ' +
         'and routes with check: sequencer refuse every write',
     );
@@ -53,7 +56,7 @@ export async function openSequencerKeys(
   if (existsSync(path)) return KeyRing.open(path, ringOptions);
   try {
     await writeKeyFile(path, initKeyFile(), { exclusive: true });
-    log(`sequencer keys: made ${path}`);
+    log('info', `sequencer keys: made ${path}`);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
   }

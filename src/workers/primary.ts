@@ -198,6 +198,11 @@ export async function startPrimary(
     // Round-robin: the primary accepts and hands connections to the workers in turn (the
     // default on Linux, set here so that NODE_CLUSTER_SCHED_POLICY cannot change it).
     cluster.schedulingPolicy = cluster.SCHED_RR;
+    // Until the first worker is ready /readyz answers 503: say why, and when it ends.
+    core.lifecycle.info(
+      { workers: count },
+      `waiting for ${count} workers to start (/readyz answers 503 until one serves the data listener)`,
+    );
     await new Promise<void>((resolve, reject) => {
       startDone = resolve;
       startFailed = reject;
@@ -244,7 +249,7 @@ export async function startPrimary(
     });
     core.closers.unshift(async () => core.policy.unwatch());
     logStore(core);
-    core.lifecycle.info({ workers: count }, `workers: ${count} processes share the data listener`);
+    core.lifecycle.info({ workers: count }, `workers ready: ${count} processes share the data listener`);
     return {
       data: data ?? 'unknown',
       control: listenerAddress(control, core.tls.control !== null),

@@ -123,6 +123,14 @@ describe('fencegate check', () => {
     expect(errorLines(r.stderr)).toHaveLength(1);
   });
 
+  it('an unset ${ENV} in an upstream url is one error: its routes are still judged by the kind it declares', async () => {
+    const r = await runCli(['check', `${F}/unset-env.yaml`], { FG_CHECK_UNSET_URL: undefined });
+    expect(r.code).toBe(1);
+    expect(errorLines(r.stderr)).toEqual([
+      `${F}/unset-env.yaml:6:10: upstreams.shop.url: environment variable "FG_CHECK_UNSET_URL" is not set (referenced as \${…} in url; \${NAME:-default} gives a default)`,
+    ]);
+  });
+
   it('reports a missing path and a directory without policy files', async () => {
     const missing = await runCli(['check', `${F}/does-not-exist.yaml`]);
     expect(missing.code).toBe(1);

@@ -217,6 +217,38 @@ describe('the dashboard in headless Chromium', () => {
     expect(problems).toEqual([]);
   }, 60_000);
 
+  it('shows each event at its date, time and zone offset, and how long ago it was', async () => {
+    const times = await page.locator('#feed tbody tr td:nth-child(2)').allTextContents();
+    expect(times.length).toBeGreaterThan(0);
+    for (const t of times)
+      expect(t).toMatch(
+        /^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} [+-]\d{2}:\d{2} · (just now|\d+ s ago|\d+ min ago)$/,
+      );
+    // The newest row's date is its event's, in the browser's zone (the test's): not a bare time.
+    const shown = Number(await page.locator('#feed tbody tr td:nth-child(1)').first().textContent());
+    const events = (await (await fetch(`${fg.control}/v1/events?limit=500`)).json()) as {
+      events: { id: number; time: string }[];
+    };
+    const d = new Date(events.events.find((e) => e.id === shown)?.time ?? 0);
+    const pad = (n: number) => String(n).padStart(2, '0');
+    expect(times[0]?.slice(0, 19)).toBe(
+      `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`,
+    );
+  });
+
+  it('shows the version and uptime of the process it watches, beside the store', async () => {
+    const status = (await (await fetch(`${fg.control}/v1/status`)).json()) as { version: string };
+    await page.waitForFunction(
+      (v) =>
+        /^fencegate \S+ · up \d/.test(document.getElementById('build')?.textContent ?? '') &&
+        (document.getElementById('build')?.textContent ?? '').startsWith(`fencegate ${v} · up `),
+      status.version,
+      { timeout: 5000 },
+    );
+    expect(await page.locator('#store-pill').textContent()).toMatch(/^store redis: ok$/);
+    expect(problems).toEqual([]);
+  });
+
   it('renders attacker-chosen lock keys and paths as text, never as markup', async () => {
     const key = '<img src=x onerror=alert(1)>';
     const l = await acquire(key, '<b>mallory</b>', 60_000);
@@ -312,6 +344,36 @@ describe('the dashboard in headless Chromium', () => {
     );
     expect(problems).toEqual([]);
   }, 180_000);
+
+  it('keeps its filters in the URL: a shared link opens the same view, a change updates it', async () => {
+    const shared = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    try {
+      await shared.goto(`${fg.control}/dashboard?route=order-writes&reason=stale&lock=order%3A*&group=lock`);
+      await shared.waitForFunction(
+        () =>
+          (document.getElementById('f-route') as unknown as { value: string } | null)?.value ===
+          'order-writes',
+        undefined,
+        { timeout: 10_000 },
+      );
+      const value = (id: string) => shared.locator(`#${id}`).inputValue();
+      expect([await value('f-lock'), await value('f-reason'), await value('f-group')]).toEqual([
+        'order:*',
+        'stale',
+        'lock',
+      ]);
+      await shared.locator('#f-lock').fill('order:9');
+      await shared.waitForURL((u) => u.searchParams.get('lock') === 'order:9', { timeout: 5000 });
+      expect(new URL(shared.url()).searchParams.get('route')).toBe('order-writes');
+      await shared.locator('#f-clear').click();
+      await shared.waitForURL((u) => !u.searchParams.has('lock') && !u.searchParams.has('route'), {
+        timeout: 5000,
+      });
+      expect(new URL(shared.url()).searchParams.get('group')).toBe('lock');
+    } finally {
+      await shared.close();
+    }
+  });
 
   it('shows the lock page last asked for when an older listing answers after it', async () => {
     for (let i = 0; i < 60; i++)

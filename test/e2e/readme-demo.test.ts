@@ -1,18 +1,22 @@
 /**
  * The README's "Try it" walk-through, run against the built CLI as `npm start` runs
- * it (example policies, sample upstream on 127.0.0.1:9000, embedded store): the
- * paused owner's write is refused with 409 and never reaches the service.
+ * it (example policies, sample upstream, embedded store): the paused owner's write is
+ * refused with 409 and never reaches the service. The sample runs on a free port, not
+ * `npm start`'s 127.0.0.1:9000: `--sample` alone moves it, and the example policy's
+ * url (`${FENCEGATE_SAMPLE:-127.0.0.1:9000}`) follows it, unedited.
  */
 import { rm } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startFencegate, tempDir, type FencegateProcess } from '../helpers/procs.js';
+import { freePort, startFencegate, tempDir, type FencegateProcess } from '../helpers/procs.js';
 import { sleep } from '../helpers/wait.js';
 
 let fg: FencegateProcess;
 let dir: string;
+let sample: string;
 beforeAll(async () => {
   dir = await tempDir('fg-demo-');
-  fg = await startFencegate(['--store', dir, '--policies', 'policies', '--sample', '127.0.0.1:9000']);
+  sample = `127.0.0.1:${await freePort()}`;
+  fg = await startFencegate(['--store', dir, '--policies', 'policies', '--sample', sample]);
 });
 afterAll(async () => {
   await fg?.stop();
@@ -60,7 +64,7 @@ describe('README walk-through', () => {
     expect(await order.json()).toMatchObject({ id: '42', body: { status: 'shipped' } });
 
     // The service saw exactly two writes, A's first and B's.
-    const writes = (await (await fetch('http://127.0.0.1:9000/_writes')).json()) as {
+    const writes = (await (await fetch(`http://${sample}/_writes`)).json()) as {
       fencingToken: string;
     }[];
     expect(writes.map((w) => w.fencingToken)).toEqual([a.token, b.token]);

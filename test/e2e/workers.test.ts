@@ -149,7 +149,7 @@ describe('serve --workers 2 (redis store)', () => {
     const logs = fg.logs();
     expect(logs.length).toBeGreaterThan(0);
     for (const l of logs) expect([0, 1, 2]).toContain(l.worker);
-    expect(fg.output()).toMatch(/workers: 2 processes share the data listener/);
+    expect(fg.output()).toMatch(/workers ready: 2 processes share the data listener/);
     const pids = new Set([0, 1, 2].map(workerPid));
     expect(pids.size).toBe(3);
     expect(workerPid(0)).toBe(fg.proc.pid);

@@ -9,7 +9,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FencegateClient, LockHeldError } from '../../src/client/index.js';
-import { listenControl, type TestControl } from '../helpers/control.js';
+import { listenControl, type ListeningControl } from '../helpers/control.js';
 import { STORE_FIXTURES, type Harness } from '../helpers/stores.js';
 import { sleep } from '../helpers/wait.js';
 import { startChildClient, type ChildClient } from './harness/index.js';
@@ -27,7 +27,7 @@ function pick(n: number): string[] {
 
 describe.each(STORE_FIXTURES)('multi-lock soak on $name', (fixture) => {
   let h: Harness;
-  let control: TestControl;
+  let control: ListeningControl;
   let url: string;
   const children: ChildClient[] = [];
   beforeEach(async () => {

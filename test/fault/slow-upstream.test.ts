@@ -39,11 +39,11 @@ const KINDS: StoreKind[] = ['redis', 'postgres', 'embedded'];
 const until = (what: string, cond: () => boolean, timeoutMs = 30_000): Promise<void> =>
   waitUntil(what, cond, { timeoutMs, everyMs: 20 });
 
-/** fencegate_drain_wait_seconds_count{outcome} from the control listener's /metrics. */
+/** fencegate_drain_wait_duration_seconds_count{outcome} from the control listener's /metrics. */
 async function drainCount(control: string, outcome: string): Promise<number> {
   const text = await (await fetch(`${control}/metrics`, { signal: AbortSignal.timeout(20_000) })).text();
   const re = new RegExp(
-    `^fencegate_drain_wait_seconds_count\\{[^}]*outcome="${outcome}"[^}]*\\}\\s+(\\S+)`,
+    `^fencegate_drain_wait_duration_seconds_count\\{[^}]*outcome="${outcome}"[^}]*\\}\\s+(\\S+)`,
     'm',
   );
   return Number(re.exec(text)?.[1] ?? 0);

@@ -10,6 +10,7 @@ import { openRedisStore } from '../../src/store/redis/store.js';
 import type { Store } from '../../src/store/types.js';
 import { listenControl } from '../helpers/control.js';
 import { startRedis, type RedisProcess } from '../helpers/procs.js';
+import { answerViolations } from '../helpers/openapi.js';
 import { sleep } from '../helpers/wait.js';
 
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -101,5 +102,11 @@ describe('client', () => {
     const fg = new FencegateClient({ url });
     await fg.acquire('job:5', { owner: 'a', ttlMs: 5000 });
     await expect(fg.acquire('job:5', { owner: 'b', waitMs: 100 })).rejects.toBeInstanceOf(LockHeldError);
+  });
+});
+
+describe('docs/openapi.json', () => {
+  it('describes every answer this file got from the control API', () => {
+    expect(answerViolations()).toEqual([]);
   });
 });

@@ -19,6 +19,7 @@ import { createMetrics } from '../../src/observe/metrics.js';
 import { MemoryStore } from '../helpers/memory-store.js';
 import { openSse } from '../helpers/sse.js';
 import { STORE_FIXTURES, type Harness } from '../helpers/stores.js';
+import { answerViolations, checkAnswers } from '../helpers/openapi.js';
 import type { Store } from '../../src/store/types.js';
 
 type Who = 'alice' | 'bob' | 'reader' | 'ops';
@@ -64,15 +65,17 @@ async function control(store: Store, text: string | null = authText): Promise<Co
   const metrics = createMetrics({ defaultMetrics: false });
   const issuer = new Issuer(store, metrics);
   const events = new EventLog();
-  const app = await buildControl({
-    store,
-    issuer,
-    metrics,
-    events,
-    defaultTtlMs: 10_000,
-    logLevel: 'silent',
-    auth: text === null ? null : new Authenticator(parseAuthText('auth.yaml', text)),
-  });
+  const app = checkAnswers(
+    await buildControl({
+      store,
+      issuer,
+      metrics,
+      events,
+      defaultTtlMs: 10_000,
+      logLevel: 'silent',
+      auth: text === null ? null : new Authenticator(parseAuthText('auth.yaml', text)),
+    }),
+  );
   return {
     app,
     events,
@@ -241,15 +244,17 @@ describe('control listener with an auth file', () => {
     const metrics = createMetrics({ defaultMetrics: false });
     const store = new MemoryStore();
     const issuer = new Issuer(store, metrics);
-    const app = await buildControl({
-      store,
-      issuer,
-      metrics,
-      events: new EventLog(),
-      defaultTtlMs: 10_000,
-      logLevel: 'silent',
-      auth: new Authenticator(parseAuthText('auth.yaml', authText)),
-    });
+    const app = checkAnswers(
+      await buildControl({
+        store,
+        issuer,
+        metrics,
+        events: new EventLog(),
+        defaultTtlMs: 10_000,
+        logLevel: 'silent',
+        auth: new Authenticator(parseAuthText('auth.yaml', authText)),
+      }),
+    );
     try {
       for (const rule of Object.keys(ACCESS_RULES)) {
         const [method, url] = rule.split(' ') as ['GET' | 'POST', string];
@@ -410,5 +415,11 @@ describe.each(STORE_FIXTURES)('owners bound to principals ($name store)', (fixtu
     } finally {
       await before.close();
     }
+  });
+});
+
+describe('docs/openapi.json', () => {
+  it('describes every answer this file got from the control API', () => {
+    expect(answerViolations()).toEqual([]);
   });
 });

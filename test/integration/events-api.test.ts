@@ -17,6 +17,7 @@ import { pgKindFixture, PG_URL, type PgKindFixture } from '../helpers/pg-kind.js
 import { openSse } from '../helpers/sse.js';
 import { startRedisServerWith, type TestServer } from '../helpers/running-server.js';
 import { STORE_FIXTURES, type Harness } from '../helpers/stores.js';
+import { answerViolations, checkAnswers } from '../helpers/openapi.js';
 import { sleep } from '../helpers/wait.js';
 
 interface Lease {
@@ -322,14 +323,16 @@ describe.each(STORE_FIXTURES)('GET /v1/locks on $name', (fixture) => {
     h = await fixture.open();
     const metrics = createMetrics({ defaultMetrics: false });
     issuer = new Issuer(h.store, metrics);
-    control = await buildControl({
-      store: h.store,
-      issuer,
-      metrics,
-      events: new EventLog(),
-      defaultTtlMs: 10_000,
-      logLevel: 'silent',
-    });
+    control = checkAnswers(
+      await buildControl({
+        store: h.store,
+        issuer,
+        metrics,
+        events: new EventLog(),
+        defaultTtlMs: 10_000,
+        logLevel: 'silent',
+      }),
+    );
   });
   afterEach(async () => {
     issuer.shutdown();
@@ -380,5 +383,11 @@ describe.each(STORE_FIXTURES)('GET /v1/locks on $name', (fixture) => {
     const past = Buffer.from('jobs/z').toString('base64url');
     const end = await control.inject({ method: 'GET', url: `/v1/locks?prefix=jobs/&cursor=${past}` });
     expect(end.json()).toEqual({ locks: [], next: null });
+  });
+});
+
+describe('docs/openapi.json', () => {
+  it('describes every answer this file got from the control API', () => {
+    expect(answerViolations()).toEqual([]);
   });
 });

@@ -20,9 +20,10 @@ describe('sample upstream behind the gateway with policies/orders.yaml', () => {
   beforeAll(async () => {
     sample = await startSampleUpstream({ host: '127.0.0.1', port: 0 });
     const policy = (await readFile('policies/orders.yaml', 'utf8')).replace(
-      'http://127.0.0.1:9000',
+      'http://${FENCEGATE_SAMPLE:-127.0.0.1:9000}',
       sample.url,
     );
+    expect(policy).toContain(`url: ${sample.url}`);
     gw = await startGateway({ store, policy });
   });
 

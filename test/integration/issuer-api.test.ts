@@ -4,36 +4,20 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildControl } from '../../src/control/control-server.js';
-import { Issuer } from '../../src/issuer/service.js';
-import { EventLog } from '../../src/observe/events.js';
-import { createMetrics } from '../../src/observe/metrics.js';
-import { STORE_FIXTURES, type Harness } from '../helpers/stores.js';
+import { openTestControl, type TestControl } from '../helpers/control.js';
+import type { Harness } from '../helpers/stores.js';
+import { answerViolations } from '../helpers/openapi.js';
 import { sleep } from '../helpers/wait.js';
 
-const fixture = STORE_FIXTURES.find((f) => f.name === 'redis')!;
 let h: Harness;
 let app: FastifyInstance;
-let issuer: Issuer;
+let control: TestControl;
 
 beforeAll(async () => {
-  h = await fixture.open();
-  const metrics = createMetrics({ defaultMetrics: false });
-  issuer = new Issuer(h.store, metrics);
-  app = await buildControl({
-    store: h.store,
-    issuer,
-    metrics,
-    events: new EventLog(),
-    defaultTtlMs: 10_000,
-    logLevel: 'silent',
-  });
+  control = await openTestControl('redis');
+  ({ app, harness: h } = control);
 });
-afterAll(async () => {
-  issuer.shutdown();
-  await app.close();
-  await h.close();
-});
+afterAll(() => control.close());
 
 const post = (url: string, payload: unknown, headers: Record<string, string> = {}) =>
   app.inject({
@@ -166,16 +150,33 @@ describe('issuer API', () => {
     expect((await app.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
   });
 
-  it('refuses a body that is not JSON and one that is too large', async () => {
-    const text = await app.inject({
-      method: 'POST',
-      url: '/v1/locks/k/acquire',
-      payload: 'owner=a',
-      headers: { 'content-type': 'text/plain' },
+  it.each([
+    ['text/plain', 'owner=a'],
+    ['application/x-www-form-urlencoded', 'owner=a'], // curl -d without -H
+    ['application/xml', '<owner>a</owner>'],
+  ])(
+    'refuses a %s body with 415 unsupported-media-type on every endpoint that reads one',
+    async (type, payload) => {
+      for (const url of ['/v1/locks/k/acquire', '/v1/locks/k/renew', '/v1/locks/k/release']) {
+        const r = await app.inject({ method: 'POST', url, payload, headers: { 'content-type': type } });
+        expect(r.statusCode).toBe(415);
+        expect(r.headers['content-type']).toContain('application/problem+json');
+        expect(r.json()).toMatchObject({ type: 'urn:fencegate:unsupported-media-type', status: 415 });
+        expect(r.json().detail).toContain(type);
+      }
+    },
+  );
+
+  it('refuses a body sent without a content-type with 415, naming what it reads', async () => {
+    const r = await app.inject({ method: 'POST', url: '/v1/locks/k/acquire', payload: '{"owner":"a"}' });
+    expect(r.statusCode).toBe(415);
+    expect(r.json()).toMatchObject({
+      type: 'urn:fencegate:unsupported-media-type',
+      detail: 'a body without a content-type: this endpoint reads "content-type: application/json"',
     });
-    expect(text.statusCode).toBeGreaterThanOrEqual(400);
-    expect(text.statusCode).toBeLessThan(500);
-    expect(text.headers['content-type']).toContain('application/problem+json');
+  });
+
+  it('refuses a body that is too large', async () => {
     const big = await post('/v1/locks/k/acquire', { owner: 'a', pad: 'x'.repeat(100_000) });
     expect(big.statusCode).toBe(413);
     expect(big.json().type).toBe('urn:fencegate:payload-too-large');
@@ -190,7 +191,7 @@ describe('issuer API', () => {
   it('exposes the contract metrics', async () => {
     const m = await app.inject({ method: 'GET', url: '/metrics' });
     for (const name of [
-      'fencegate_acquire_seconds',
+      'fencegate_acquire_duration_seconds',
       'fencegate_lock_contention_total',
       'fencegate_release_owner_mismatch_total',
       'fencegate_lease_renew_failures_total',
@@ -206,5 +207,11 @@ describe('issuer API', () => {
     const r = await app.inject({ method: 'GET', url: '/readyz' });
     expect(r.statusCode).toBe(200);
     expect(r.json()).toMatchObject({ ok: true, store: { kind: 'redis', ok: true } });
+  });
+});
+
+describe('docs/openapi.json', () => {
+  it('describes every answer this file got from the control API', () => {
+    expect(answerViolations()).toEqual([]);
   });
 });

@@ -31,8 +31,8 @@ describe('issuer metrics', () => {
     const r = await issuer.acquire({ key: 'h:1', owner: 'a', ttlMs: 10_000, waitMs: 0 });
     if (!r.ok) throw new Error('not granted');
     expect((await issuer.release('h:1', r.lease.leaseId)).ok).toBe(true);
-    expect(await series(metrics, 'fencegate_hold_seconds_count', { end: 'released' })).toBe(1);
-    expect(await series(metrics, 'fencegate_hold_seconds_count', { end: 'expired' })).toBe(0);
+    expect(await series(metrics, 'fencegate_lease_hold_duration_seconds_count', { end: 'released' })).toBe(1);
+    expect(await series(metrics, 'fencegate_lease_hold_duration_seconds_count', { end: 'expired' })).toBe(0);
     expect(issuer.trackedGrants).toBe(0);
   });
 
@@ -44,8 +44,8 @@ describe('issuer metrics', () => {
     await sleep(150);
     const second = await issuer.acquire({ key: 'h:2', owner: 'b', ttlMs: 10_000, waitMs: 0 });
     expect(second.ok).toBe(true);
-    expect(await series(metrics, 'fencegate_hold_seconds_count', { end: 'expired' })).toBe(1);
-    expect(await series(metrics, 'fencegate_hold_seconds_sum', { end: 'expired' })).toBe(0.1);
+    expect(await series(metrics, 'fencegate_lease_hold_duration_seconds_count', { end: 'expired' })).toBe(1);
+    expect(await series(metrics, 'fencegate_lease_hold_duration_seconds_sum', { end: 'expired' })).toBe(0.1);
     expect(issuer.trackedGrants).toBe(1);
   });
 
@@ -56,10 +56,11 @@ describe('issuer metrics', () => {
     expect(r.ok).toBe(true);
     await waitFor(
       'the lapsed lease to be observed',
-      async () => (await series(metrics, 'fencegate_hold_seconds_count', { end: 'expired' })) === 1,
+      async () =>
+        (await series(metrics, 'fencegate_lease_hold_duration_seconds_count', { end: 'expired' })) === 1,
       5000,
     );
-    expect(await series(metrics, 'fencegate_hold_seconds_sum', { end: 'expired' })).toBe(0.12);
+    expect(await series(metrics, 'fencegate_lease_hold_duration_seconds_sum', { end: 'expired' })).toBe(0.12);
     expect(issuer.trackedGrants).toBe(0);
   });
 
@@ -71,7 +72,7 @@ describe('issuer metrics', () => {
     if (!r.ok) throw new Error('not granted');
     await store.release('h:4', r.lease.leaseId); // ended behind this issuer's back
     expect((await issuer.renew('h:4', r.lease.leaseId, 10_000)).ok).toBe(false);
-    expect(await series(metrics, 'fencegate_hold_seconds_count', { end: 'expired' })).toBe(1);
+    expect(await series(metrics, 'fencegate_lease_hold_duration_seconds_count', { end: 'expired' })).toBe(1);
     expect((await metrics.leaseRenewFailures.get()).values[0]?.value).toBe(1);
   });
 

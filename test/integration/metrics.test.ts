@@ -126,9 +126,9 @@ describe('/metrics', () => {
     expect(value(text, 'fencegate_policy_reloads_total{outcome="failure"}')).toBe(0);
     for (const op of STORE_OPS) expect(value(text, `fencegate_store_errors_total{op="${op}"}`)).toBe(0);
     expect(value(text, 'fencegate_log_lines_suppressed_total')).toBe(0);
-    expect(value(text, 'fencegate_hold_seconds_count{end="released"}')).toBe(0);
-    expect(value(text, 'fencegate_hold_seconds_count{end="expired"}')).toBe(0);
-    expect(value(text, 'fencegate_drain_wait_seconds_count{outcome="timeout"}')).toBe(0);
+    expect(value(text, 'fencegate_lease_hold_duration_seconds_count{end="released"}')).toBe(0);
+    expect(value(text, 'fencegate_lease_hold_duration_seconds_count{end="expired"}')).toBe(0);
+    expect(value(text, 'fencegate_drain_wait_duration_seconds_count{outcome="timeout"}')).toBe(0);
   });
 
   it('moves with fenced, refused and unfenced traffic, and passes promtool check metrics', async () => {
@@ -159,7 +159,9 @@ describe('/metrics', () => {
     expect(
       value(text, 'fencegate_store_operation_duration_seconds_count{op="release"}'),
     ).toBeGreaterThanOrEqual(1);
-    expect(value(text, 'fencegate_hold_seconds_count{end="released"}')).toBeGreaterThanOrEqual(1);
+    expect(value(text, 'fencegate_lease_hold_duration_seconds_count{end="released"}')).toBeGreaterThanOrEqual(
+      1,
+    );
 
     // Prometheus conventions.
     expect(text).toMatch(/^process_resident_memory_bytes \d+/m);

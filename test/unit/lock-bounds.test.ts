@@ -109,14 +109,14 @@ describe('per-lock structures stay bounded', () => {
       expect(getEventListeners(signal, 'abort')).toHaveLength(0);
       // A forgotten grant is released unobserved; a kept one is observed.
       const observed = async () =>
-        (await metrics.registry.getSingleMetricAsString('fencegate_hold_seconds'))
+        (await metrics.registry.getSingleMetricAsString('fencegate_lease_hold_duration_seconds'))
           .split('\n')
-          .find((l) => l.startsWith('fencegate_hold_seconds_count{end="released"}'));
+          .find((l) => l.startsWith('fencegate_lease_hold_duration_seconds_count{end="released"}'));
       await issuer.release(leases[0]!.key, leases[0]!.leaseId);
-      expect(await observed()).toBe('fencegate_hold_seconds_count{end="released"} 0');
+      expect(await observed()).toBe('fencegate_lease_hold_duration_seconds_count{end="released"} 0');
       const last = leases.at(-1)!;
       await issuer.release(last.key, last.leaseId);
-      expect(await observed()).toBe('fencegate_hold_seconds_count{end="released"} 1');
+      expect(await observed()).toBe('fencegate_lease_hold_duration_seconds_count{end="released"} 1');
     } finally {
       issuer.shutdown();
     }
@@ -175,8 +175,19 @@ describe('per-lock structures stay bounded', () => {
 
   it('no metric has a label that could hold a lock key: every label name is one of the bounded kinds', () => {
     // Route, upstream and breaker names come from the policy; the rest are fixed values.
-    const bounded = new Set(['route', 'status_class', 'reason', 'enforced', 'outcome', 'end', 'op', 'action']);
+    const bounded = new Set([
+      'route',
+      'status_class',
+      'reason',
+      'enforced',
+      'outcome',
+      'end',
+      'op',
+      'action',
+    ]);
     for (const l of ['upstream', 'breaker', 'state', 'structure']) bounded.add(l);
+    // fencegate_build_info: one series per process, set once.
+    for (const l of ['version', 'node']) bounded.add(l);
     const nodeDefaults = new Set(['kind', 'major', 'minor', 'patch', 'space', 'type', 'version']);
     const metrics = createMetrics();
     const names = new Set<string>();

@@ -1,14 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import {
-  compilePostgresRoute,
-  compilePostgresUpstream,
-  expandEnv,
-} from '../../src/gateway/kinds/postgres/settings.js';
+import { compilePostgresRoute, compilePostgresUpstream } from '../../src/gateway/kinds/postgres/settings.js';
+import { expandEnv } from '../../src/policy/env.js';
 
 describe('postgres kind settings', () => {
-  it('expands ${ENV} in the url and names a missing variable', () => {
-    const env = { PGPASS: 's3cret', PGHOST: 'db' };
-    const ok = compilePostgresUpstream({ url: 'postgres://app:${PGPASS}@${PGHOST}:5432/shop' }, env);
+  it('expands ${ENV} in the url (with a default when unset) and names a missing variable', () => {
+    const env = { PGPASS: 's3cret', PGHOST: 'db', EMPTY: '' };
+    const url = expandEnv('postgres://app:${PGPASS}@${PGHOST}:${PGPORT:-5432}/${EMPTY:-shop}', env);
+    expect(url).toEqual({ ok: true, value: 'postgres://app:s3cret@db:5432/shop' });
+    const ok = compilePostgresUpstream({ url: url.ok ? url.value : '' });
     expect(ok).toEqual({
       ok: true,
       value: {
@@ -21,9 +20,8 @@ describe('postgres kind settings', () => {
         statementTimeoutMs: 5000,
       },
     });
-    const missing = compilePostgresUpstream({ url: 'postgres://app:${DB_PASSWORD}@db/shop' }, env);
-    expect(missing.ok).toBe(false);
-    expect(missing.ok ? '' : missing.errors[0]?.message).toContain('"DB_PASSWORD" is not set');
+    const missing = expandEnv('postgres://app:${DB_PASSWORD}@db/shop', env);
+    expect(missing.ok ? '' : missing.message).toContain('"DB_PASSWORD" is not set');
     expect(expandEnv('${1X}', {})).toMatchObject({ ok: false });
     expect(expandEnv('a${B', {})).toMatchObject({ ok: false });
     expect(expandEnv('no refs', {})).toEqual({ ok: true, value: 'no refs' });
@@ -31,41 +29,38 @@ describe('postgres kind settings', () => {
 
   it('refuses urls that are not postgres, or lack a database; never echoes the expanded url', () => {
     for (const url of ['http://db/shop', 'postgres://db', 'postgres://db/', 'nope', 'postgres://db/shop#x']) {
-      const r = compilePostgresUpstream({ url }, {});
+      const r = compilePostgresUpstream({ url });
       expect(r.ok, url).toBe(false);
     }
-    const r = compilePostgresUpstream({ url: '${P} x' }, { P: 'hunter2' });
+    const r = compilePostgresUpstream({ url: 'hunter2 x' });
     expect(JSON.stringify(r)).not.toContain('hunter2');
-    expect(compilePostgresUpstream({ url: 'postgres://db/x', fenceSchema: 'pg_x' }, {}).ok).toBe(false);
+    expect(compilePostgresUpstream({ url: 'postgres://db/x', fenceSchema: 'pg_x' }).ok).toBe(false);
     // A transaction pooler: settings inside each transaction, statements unnamed unless told.
-    expect(compilePostgresUpstream({ url: 'postgres://db/x', pooler: 'transaction' }, {})).toMatchObject({
+    expect(compilePostgresUpstream({ url: 'postgres://db/x', pooler: 'transaction' })).toMatchObject({
       ok: true,
       value: { pooler: 'transaction', preparedStatements: false },
     });
     expect(
-      compilePostgresUpstream(
-        { url: 'postgres://db/x', pooler: 'transaction', preparedStatements: true },
-        {},
-      ),
+      compilePostgresUpstream({ url: 'postgres://db/x', pooler: 'transaction', preparedStatements: true }),
     ).toMatchObject({ ok: true, value: { pooler: 'transaction', preparedStatements: true } });
     // preparedStatements: false alone declared a pooler before `pooler` existed, and still does.
-    expect(compilePostgresUpstream({ url: 'postgres://db/x', preparedStatements: false }, {})).toMatchObject({
+    expect(compilePostgresUpstream({ url: 'postgres://db/x', preparedStatements: false })).toMatchObject({
       ok: true,
       value: { pooler: 'transaction', preparedStatements: false },
     });
     expect(
-      compilePostgresUpstream({ url: 'postgres://db/x', pooler: 'none', preparedStatements: false }, {}),
+      compilePostgresUpstream({ url: 'postgres://db/x', pooler: 'none', preparedStatements: false }),
     ).toMatchObject({ ok: true, value: { pooler: 'none', preparedStatements: false } });
     // The upstream's timeoutMs is a statement's timeout.
-    expect(compilePostgresUpstream({ url: 'postgres://db/x', timeoutMs: 250 }, {})).toMatchObject({
+    expect(compilePostgresUpstream({ url: 'postgres://db/x', timeoutMs: 250 })).toMatchObject({
       ok: true,
       value: { statementTimeoutMs: 250 },
     });
-    expect(compilePostgresUpstream({ url: 'postgres://db/x', poolSize: 3 }, {})).toMatchObject({
+    expect(compilePostgresUpstream({ url: 'postgres://db/x', poolSize: 3 })).toMatchObject({
       ok: true,
       value: { poolSize: 3 },
     });
-    expect(compilePostgresUpstream({ url: 'postgres://db/x', fenceSchema: 'fg_test' }, {})).toMatchObject({
+    expect(compilePostgresUpstream({ url: 'postgres://db/x', fenceSchema: 'fg_test' })).toMatchObject({
       ok: true,
       value: { fenceSchema: 'fg_test' },
     });

@@ -182,25 +182,23 @@ describe('postgres sslmode', () => {
 
 describe('postgres upstream (kind: postgres) sslmode', () => {
   it('checks the parameters and files when the policy loads, at the url field', () => {
-    const prefer = compilePostgresUpstream({ url: 'postgres://app:pw@db/shop?sslmode=prefer' }, {});
+    const prefer = compilePostgresUpstream({ url: 'postgres://app:pw@db/shop?sslmode=prefer' });
     expect(prefer).toMatchObject({
       ok: false,
       errors: [{ field: 'url', message: expect.stringMatching(/falls back/) }],
     });
     const missing = join(certs.dir, 'missing.pem');
-    const noFile = compilePostgresUpstream(
-      { url: `postgres://app:hunter2@db/shop?sslmode=verify-full&sslrootcert=${missing}` },
-      {},
-    );
+    const noFile = compilePostgresUpstream({
+      url: `postgres://app:hunter2@db/shop?sslmode=verify-full&sslrootcert=${missing}`,
+    });
     expect(noFile).toMatchObject({
       ok: false,
       errors: [{ field: 'url', message: `sslrootcert ${missing}: cannot read (ENOENT)` }],
     });
     expect(JSON.stringify(noFile)).not.toContain('hunter2');
-    const ok = compilePostgresUpstream(
-      { url: `postgres://db/shop?sslmode=verify-full&sslrootcert=${certs.ca.cert}` },
-      {},
-    );
+    const ok = compilePostgresUpstream({
+      url: `postgres://db/shop?sslmode=verify-full&sslrootcert=${certs.ca.cert}`,
+    });
     expect(ok.ok).toBe(true);
   });
 });

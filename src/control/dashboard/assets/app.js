@@ -137,6 +137,32 @@
     };
   }
 
+  /**
+   * The filters live in the page's URL (?route=…&lock=…&reason=…&group=lock), so a view
+   * pasted into an incident channel opens as it was. A route named in the URL is chosen
+   * once the routes are known (the list comes with the first status).
+   */
+  const FILTER_KEYS = ['route', 'lock', 'reason', 'group'];
+  let routeFromUrl = null;
+
+  function filtersFromUrl() {
+    const q = new URLSearchParams(location.search);
+    if (q.get('lock') !== null) $('f-lock').value = q.get('lock');
+    if (REASONS.includes(q.get('reason'))) $('f-reason').value = q.get('reason');
+    if (q.get('group') === 'lock') $('f-group').value = 'lock';
+    routeFromUrl = q.get('route');
+  }
+
+  function filtersToUrl(f) {
+    const q = new URLSearchParams(location.search);
+    for (const k of FILTER_KEYS) q.delete(k);
+    const wanted = { ...f, route: f.route || routeFromUrl || '', group: f.group === 'route' ? '' : f.group };
+    for (const k of FILTER_KEYS) if (wanted[k]) q.set(k, wanted[k]);
+    const search = q.toString();
+    const url = `${location.pathname}${search ? `?${search}` : ''}`;
+    if (url !== `${location.pathname}${location.search}`) history.replaceState(null, '', url);
+  }
+
   function matches(e, f) {
     if (f.route && e.route !== f.route) return false;
     if (f.reason && e.reason !== f.reason) return false;
@@ -161,6 +187,7 @@
   function render() {
     if (events.length > MAX_EVENTS) events = events.slice(events.length - MAX_EVENTS);
     const f = filters();
+    filtersToUrl(f);
     const shown = events.filter((e) => matches(e, f));
     $('total').textContent = String(total);
     $('buffered').textContent = String(events.length);
@@ -169,6 +196,30 @@
       shown.filter((e) => WRITE_TYPES.includes(e.type)),
       f.group,
     );
+  }
+
+  const pad = (n) => String(n).padStart(2, '0');
+
+  /**
+   * "2026-12-04 11:28:48 +01:00 · 12 s ago": the date, the time and the zone offset of
+   * the browser's clock, so a time pasted into an incident channel means one instant,
+   * and how long ago it was when the row was drawn.
+   */
+  function when(iso) {
+    const d = new Date(iso);
+    const off = -d.getTimezoneOffset();
+    const zone = `${off >= 0 ? '+' : '-'}${pad(Math.floor(Math.abs(off) / 60))}:${pad(Math.abs(off) % 60)}`;
+    const date = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
+    const time = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+    return `${date} ${time} ${zone} · ${ago(Date.now() - d.getTime())}`;
+  }
+
+  function ago(ms) {
+    const s = Math.max(0, Math.round(ms / 1000));
+    if (s < 1) return 'just now';
+    if (s < 120) return `${s} s ago`;
+    if (s < 7200) return `${Math.round(s / 60)} min ago`;
+    return `${Math.round(s / 3600)} h ago`;
   }
 
   function renderFeed(shown) {
@@ -180,7 +231,7 @@
       rows.push(
         row([
           el('td', 'num', e.id),
-          new Date(e.time).toLocaleTimeString(),
+          el('td', 'time', when(e.time)),
           e.type + (e.enforced ? '' : ' (shadow)'),
           reason,
           e.route ?? '–',
@@ -433,10 +484,25 @@
     return el('td', cls, `breaker ${state.replace('_', '-')}`);
   }
 
+  /** 3725 → "1h 2m 5s": an uptime an operator reads at a glance. */
+  function duration(seconds) {
+    const parts = [];
+    const d = Math.floor(seconds / 86400);
+    const h = Math.floor((seconds % 86400) / 3600);
+    const m = Math.floor((seconds % 3600) / 60);
+    if (d > 0) parts.push(`${d}d`);
+    if (d > 0 || h > 0) parts.push(`${h}h`);
+    if (d === 0 && (h > 0 || m > 0)) parts.push(`${m}m`);
+    if (d === 0 && h === 0) parts.push(`${seconds % 60}s`);
+    return parts.join(' ');
+  }
+
   async function loadStatus() {
     const res = await api('/v1/status');
     if (!res.ok) return;
     const s = await res.json();
+    const workers = s.workers ? ` · workers ${s.workers.ready}/${s.workers.configured}` : '';
+    $('build').textContent = `fencegate ${s.version} · up ${duration(s.uptimeS)}${workers}`;
     const pill = $('store-pill');
     pill.textContent = `store ${s.store.kind}: ${s.store.ok ? 'ok' : 'DOWN'}`;
     pill.className = `pill ${s.store.ok ? 'pill-ok' : 'pill-bad'}`;
@@ -468,13 +534,17 @@
       ),
     );
     const select = $('f-route');
-    const chosen = select.value;
+    const chosen = select.value || routeFromUrl || '';
     const names = s.routes.filter((r) => r.lock !== null).map((r) => r.name);
     const have = [...select.options].map((o) => o.value).slice(1);
     if (names.join('\n') !== have.join('\n')) {
       select.replaceChildren(el('option', '', 'all'), ...names.map((n) => el('option', '', n)));
       select.options[0].value = '';
       select.value = names.includes(chosen) ? chosen : '';
+    }
+    if (routeFromUrl !== null) {
+      routeFromUrl = null;
+      scheduleRender();
     }
   }
 
@@ -483,6 +553,7 @@
   function start() {
     const reasons = $('f-reason');
     for (const r of REASONS) reasons.append(el('option', '', r));
+    filtersFromUrl();
     for (const id of ['f-route', 'f-reason', 'f-group']) $(id).addEventListener('change', scheduleRender);
     $('f-lock').addEventListener('input', scheduleRender);
     $('f-clear').addEventListener('click', () => {

@@ -79,41 +79,8 @@ export const DEFAULT_POOL_SIZE = 10;
 export const ROW_METHODS = ['GET', 'PUT', 'PATCH', 'DELETE'] as const;
 export const LIST_METHODS = ['GET'] as const;
 
-const ENV_REF = /\$\{([^}]*)\}/g;
-const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
-
-/** Expands `${NAME}` references; an unset or malformed reference is an error naming it. */
-export function expandEnv(
-  text: string,
-  env: Readonly<Record<string, string | undefined>>,
-): { ok: true; value: string } | { ok: false; message: string } {
-  const missing: string[] = [];
-  let bad: string | null = null;
-  const value = text.replace(ENV_REF, (_m, name: string) => {
-    if (!ENV_NAME.test(name)) {
-      bad ??= name;
-      return '';
-    }
-    const v = env[name];
-    if (v === undefined) {
-      if (!missing.includes(name)) missing.push(name);
-      return '';
-    }
-    return v;
-  });
-  if (bad !== null) return { ok: false, message: `invalid environment reference "\${${bad}}"` };
-  if (missing.length > 0) {
-    const names = missing.map((n) => `"${n}"`).join(', ');
-    return { ok: false, message: `environment variable ${names} is not set (referenced as \${…} in url)` };
-  }
-  if (value.includes('${')) return { ok: false, message: 'unterminated "${" in url' };
-  return { ok: true, value };
-}
-
-export function compilePostgresUpstream(
-  raw: RawPostgresUpstream,
-  env: Readonly<Record<string, string | undefined>> = process.env,
-): Compiled<PostgresUpstreamSettings> {
+/** `raw.url` arrives with its ${ENV} references expanded (src/policy/env.ts, by the policy compiler). */
+export function compilePostgresUpstream(raw: RawPostgresUpstream): Compiled<PostgresUpstreamSettings> {
   const errors: SettingsError[] = [];
   const fenceSchema = raw.fenceSchema ?? DEFAULT_FENCE_SCHEMA;
   const schemaProblem = identifierProblem(fenceSchema);
@@ -121,11 +88,9 @@ export function compilePostgresUpstream(
   else if (fenceSchema.toLowerCase().startsWith('pg_'))
     errors.push({ field: 'fenceSchema', message: 'must not start with "pg_"' });
 
-  const expanded = expandEnv(raw.url, env);
-  if (!expanded.ok) return { ok: false, errors: [{ field: 'url', message: expanded.message }, ...errors] };
   let url: URL;
   try {
-    url = new URL(expanded.value);
+    url = new URL(raw.url);
   } catch {
     // Never echo the expanded URL: it may carry a password from the environment.
     errors.push({ field: 'url', message: 'is not a valid URL (after ${ENV} expansion)' });
@@ -142,7 +107,7 @@ export function compilePostgresUpstream(
   if (errors.length > 0) return { ok: false, errors };
   // sslmode, sslrootcert, sslcert, sslkey: checked (files read) now, so a bad one is a policy error.
   try {
-    pgConnection(expanded.value);
+    pgConnection(raw.url);
   } catch (err) {
     if (err instanceof RangeError || err instanceof TlsFileError)
       return { ok: false, errors: [{ field: 'url', message: err.message }] };
@@ -158,7 +123,7 @@ export function compilePostgresUpstream(
   return {
     ok: true,
     value: {
-      connectionString: expanded.value,
+      connectionString: raw.url,
       where,
       fenceSchema,
       pooler,
