@@ -23,6 +23,12 @@ export interface AnswerTap {
   complete(): void;
   /** No answer, or one that broke off. */
   failed(): void;
+  /**
+   * The gateway is about to answer this request itself (a refusal, an error): `send`
+   * writes the answer. A tap whose request was never forwarded ends its record first and
+   * then sends, so a retry the client sends on reading the answer finds the key free.
+   */
+  answering(send: () => void): void;
 }
 
 /** Methods whose body is never forwarded (fastify's rule before the data plane left it). */
@@ -113,6 +119,11 @@ export class Exchange {
    * or walked by key for an answer a stale flood gives thousands of times a second.
    */
   answer(status: number, contentType: string | null, body: string | null, bytes?: number): void {
+    if (this.tap === null) return this.writeAnswer(status, contentType, body, bytes);
+    this.tap.answering(() => this.writeAnswer(status, contentType, body, bytes));
+  }
+
+  private writeAnswer(status: number, contentType: string | null, body: string | null, bytes?: number): void {
     const headers: (string | number)[] = [];
     const own = this.ownHeaders;
     if (own !== null) for (const name in own) headers.push(name, own[name]!);

@@ -122,6 +122,15 @@ export class AnswerKeeper implements AnswerTap {
     this.finish(null);
   }
 
+  answering(send: () => void): void {
+    if (this.state !== 'open') return send();
+    this.state = 'ended';
+    this.end
+      .abandon()
+      .catch((err: unknown) => this.log.warn({ err }, 'the idempotency record could not be ended'))
+      .finally(send);
+  }
+
   private finish(answer: Uint8Array | null): void {
     if (this.state === 'ended') return;
     this.state = 'ended';

@@ -18,7 +18,8 @@ import {
   type UpstreamHandler,
 } from '../helpers/gateway-harness.js';
 import { STORE_FIXTURES, type Harness } from '../helpers/stores.js';
-import { waitUntil } from '../helpers/wait.js';
+import { MemoryStore } from '../helpers/memory-store.js';
+import { sleep, waitUntil } from '../helpers/wait.js';
 
 function policy(upstreamUrl: string, ttlMs: number): string {
   return `version: 1
@@ -255,5 +256,38 @@ describe.each(STORE_FIXTURES)('idempotency keys: $name', (fixture) => {
     expect((await post(a, 6, lease.token, null, 'x')).status).toBe(201);
     expect((await post(a, 6, lease.token, null, 'x')).status).toBe(201);
     expect(up.writes).toHaveLength(2);
+  });
+});
+
+describe('idempotency keys: a refusal and the end of its record', () => {
+  it('answers a refused write only once its record is abandoned, so a retry on reading it is judged afresh', async () => {
+    const store = new MemoryStore();
+    // A store slow to end a record (etcd under load was): the refusal must wait for it.
+    const slow = new Proxy(store, {
+      get(target, name, receiver) {
+        const value = Reflect.get(target, name, receiver) as unknown;
+        if (name === 'abandonIdempotent')
+          return async (key: string, attempt: string) => {
+            await sleep(300);
+            return target.abandonIdempotent(key, attempt);
+          };
+        return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+      },
+    });
+    const upstream = await startUpstream((_req, res) => void res.writeHead(201).end('ok'));
+    const gw = await startGateway({ store: slow, policy: policy(upstream.url, 60_000) });
+    try {
+      const old = await mint(store, 'order:9');
+      await mint(store, 'order:9');
+      expect((await post(gw, 9, old.token + 1n, null, 'y')).status).toBe(201);
+      const refused = await post(gw, 9, old.token, 'k-stale', 'x');
+      expect(refused.body.type).toBe('urn:fencegate:stale-token');
+      const again = await post(gw, 9, old.token, 'k-stale', 'x');
+      expect(again.body.type).toBe('urn:fencegate:stale-token');
+    } finally {
+      await gw.close();
+      await upstream.close();
+      await store.close();
+    }
   });
 });
