@@ -159,9 +159,20 @@ describe('Postgres store', () => {
     await withPgClient(PG_URL, (c) =>
       c.query(`UPDATE "${schema}".grants SET keep_until = 0 WHERE request_id = 'old'`),
     );
+    // Idempotency records (the gateway's Idempotency-Key): one whose time passed, one kept.
+    for (const key of ['idem-old', 'idem-live'])
+      await store.beginIdempotent({ key, fingerprint: 'f', attempt: 'a', holdMs: 60_000 });
+    await withPgClient(PG_URL, (c) =>
+      c.query(`UPDATE "${schema}".idempotency SET until = 0 WHERE key = 'idem-old'`),
+    );
     await sleep(20);
     const pruned = await withPgClient(PG_URL, (c) => c.query(queriesFor(schema).prune, [100]));
-    expect(pruned.rows[0]).toEqual({ grants: 1, waiters: 1, inflight: 1 });
+    expect(pruned.rows[0]).toEqual({ grants: 1, waiters: 1, inflight: 1, idempotency: 1 });
+    expect(
+      await store.beginIdempotent({ key: 'idem-live', fingerprint: 'f', attempt: 'b', holdMs: 1 }),
+    ).toMatchObject({
+      state: 'in-flight',
+    });
     expect((await store.inspect('f'))?.issued).toBe(g.lease.token);
     expect((await store.inspect('q2'))?.waiters ?? 0).toBe(0); // q2 was never issued: null
     expect((await store.listLocks({ limit: 100, prefix: '', after: null })).locks.map((l) => l.key)).toEqual([
@@ -169,7 +180,7 @@ describe('Postgres store', () => {
     ]);
     expect((await store.lowerInflight('f', g.lease.token + 1n)).count).toBe(1);
     const again = await withPgClient(PG_URL, (c) => c.query(queriesFor(schema).prune, [100]));
-    expect(again.rows[0]).toEqual({ grants: 0, waiters: 0, inflight: 0 });
+    expect(again.rows[0]).toEqual({ grants: 0, waiters: 0, inflight: 0, idempotency: 0 });
   });
 
   it('refuses to open quickly, in one line, when Postgres is unreachable', async () => {

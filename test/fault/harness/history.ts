@@ -3,7 +3,13 @@
  * the upstream's applied writes) and runs the history checker on them.
  */
 import { expect } from 'vitest';
-import { FencegateClient, LeaseLostError, LockHeldError, type Lock } from '../../../src/client/index.js';
+import {
+  FencegateClient,
+  FencegateError,
+  LeaseLostError,
+  LockHeldError,
+  type Lock,
+} from '../../../src/client/index.js';
 import type { AppliedWrite } from '../../../src/sample/index.js';
 import {
   appliedFromSample,
@@ -86,8 +92,11 @@ export class HistoryRecorder {
       // The grant arrived too late to be used (a slow store under a short TTL): the SDK did
       // not hand it back, so no write can carry its token. Not an error of the run.
       if (err instanceof LeaseLostError) return null;
-      if (err instanceof Error && 'status' in err && (err as { status: number }).status < 500) throw err;
-      return null; // issuer unreachable (e.g. killed): a grant whose answer we never saw cannot be used
+      // A refusal the issuer answered (4xx) is a bug of the run; no answer (NetworkError,
+      // TimeoutError: status 0) or a 5xx is the issuer unreachable (e.g. killed): a grant
+      // whose answer we never saw cannot be used.
+      if (err instanceof FencegateError && err.status >= 400 && err.status < 500) throw err;
+      return null;
     }
   }
 
