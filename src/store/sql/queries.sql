@@ -348,6 +348,13 @@ SELECT (SELECT system_identifier FROM pg_control_system())::text || ':' ||
 UPDATE {schema}.epoch SET id = $1::text, floor = $2::bigint, identity = $3::text,
        started_at = CASE WHEN id = $1::text THEN started_at ELSE {schema}.now_ms() END;
 
+-- name: inflight_forget
+-- After verify found the tables are not the ones it verified last (a restore): the
+-- in-flight entries are the backup's (writes finished since, or of sessions that go on
+-- and never finish them again): forgotten; the gateways' reset hold (the lock-delay)
+-- stands in for the drain barrier of writes delivered before the restore.
+DELETE FROM {schema}.inflight;
+
 -- name: bump_epoch
 -- New epoch id; floor raised to the store clock × 1000, never lowered. $1 new id
 INSERT INTO {schema}.epoch AS e (id, floor, started_at)

@@ -32,6 +32,7 @@ const QUERY_NAMES = [
   'session_end',
   'identity',
   'epoch_set',
+  'inflight_forget',
   'bump_epoch',
   'health',
   'durability',

@@ -141,6 +141,9 @@ export class SqlStore implements Store {
       if (r.recorded !== null && r.recorded !== r.current) {
         floor = maxBig(maxBig(floor, big(r.now) * 1000n), atLeast);
         why = `the store is not the one that verified the epoch last (${r.recorded} → ${r.current}): restored, recovered or failed over`;
+        // Its in-flight entries are the backup's: one of a write finished since would hold
+        // the drain barrier for as long as its (live) session lasts.
+        await tx.query(ctx.q.inflight_forget);
       } else if (atLeast > floor) {
         floor = atLeast;
         why = 'this process saw tokens above the floor before the store changed';
