@@ -113,7 +113,10 @@ export class Snapshot implements RecordTables {
 
   private table<V, K extends RecordKey = string>(name: TableName): RecordTable<V, K> {
     const key = (k: K) => recordKey(this.ns, name, k);
-    const decode = (b: Buffer) => JSON.parse(b.toString('utf8'), reviveBytes) as V;
+    // Only idempotency records hold bytes: the other tables' records are read and written
+    // without a reviver or replacer called on every member.
+    const bytes = name === 'idempotency';
+    const decode = (b: Buffer) => JSON.parse(b.toString('utf8'), bytes ? reviveBytes : undefined) as V;
     // Read when called: the tables are made before the constructor sets `ns`.
     const range = (start: K | undefined) =>
       this.range(name, start === undefined ? tablePrefix(this.ns, name) : key(start));
@@ -123,7 +126,8 @@ export class Snapshot implements RecordTables {
         const v = this.value(key(k));
         return v === null ? undefined : decode(v);
       },
-      put: (k, v) => this.writes.set(key(k), Buffer.from(JSON.stringify(v, replaceBytes))),
+      put: (k, v) =>
+        this.writes.set(key(k), Buffer.from(JSON.stringify(v, bytes ? replaceBytes : undefined))),
       remove: (k) => this.writes.set(key(k), null),
       getRange: ({ start }) => entries(start),
       getKeys: () => keysOf(entries(undefined)),
