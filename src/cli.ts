@@ -60,6 +60,8 @@ const EPOCH_FLAGS = [
   'store',
   'storeNamespace',
   'storeCa',
+  'storeCert',
+  'storeKey',
   'allowVolatileRedis',
 ] as const satisfies SettingKey[];
 
@@ -518,17 +520,17 @@ async function epoch(args: string[]): Promise<number> {
   // create another and report success).
   if (values.store === undefined || values.store === '')
     return fail('epoch bump: --store is required (the store you restored)');
-  // An empty --store-namespace or --store-ca is as if not given.
+  // An empty --store-namespace, --store-ca, --store-cert or --store-key is as if not given.
   const given = Object.entries(givenSettings(EPOCH_FLAGS, values)).filter(([, v]) => v !== '');
   const config = resolveConfig({ env: process.env, flags: Object.fromEntries(given) });
   const { openStore, redactStoreSpec } = await import('./store/index.js');
-  const { readCertificates } = await import('./http/tls.js');
+  const { readStoreTls } = await import('./http/tls.js');
   const where = redactStoreSpec(config.store);
   const options = {
     mustExist: true,
     allowVolatileRedis: config.allowVolatileRedis,
     ...(config.storeNamespace ? { namespace: config.storeNamespace } : {}),
-    ...(config.storeCa === null ? {} : { tlsCa: readCertificates(config.storeCa, 'store CA') }),
+    ...readStoreTls(config),
   };
   let store;
   try {

@@ -242,8 +242,8 @@ export function resolveConfig(sources: ConfigSources): Readonly<ServeConfig> {
 
 /**
  * The TLS settings that only make sense together: a certificate needs its key (and the
- * other way round), a client CA needs the listener to speak TLS, a store CA needs a
- * rediss:// store. The files themselves are read and checked at start (src/http/tls.ts).
+ * other way round), a client CA needs the listener to speak TLS, a store CA or client
+ * certificate needs a rediss:// or etcds:// store. The files themselves are read and checked at start (src/http/tls.ts).
  */
 function checkTlsSettings(cfg: ServeConfig): void {
   const listeners = [
@@ -262,10 +262,19 @@ function checkTlsSettings(cfg: ServeConfig): void {
         `--${flagName(ca)} needs --${flagName(cert)} and --${flagName(key)} (mTLS is TLS)`,
       );
   }
-  if (cfg.storeCa !== null && !/^rediss:\/\//i.test(cfg.store)) {
+  if ((cfg.storeCert === null) !== (cfg.storeKey === null)) {
+    const [given, missing] =
+      cfg.storeCert === null ? (['storeKey', 'storeCert'] as const) : (['storeCert', 'storeKey'] as const);
     throw new ConfigError(
-      '--store-ca applies to a rediss:// store; for Postgres put sslmode=verify-full&sslrootcert=FILE in the URL',
+      `--${flagName(given)} needs --${flagName(missing)} (a certificate and its key go together)`,
     );
+  }
+  for (const key of ['storeCa', 'storeCert'] as const) {
+    if (cfg[key] !== null && !/^(rediss|etcds):\/\//i.test(cfg.store)) {
+      throw new ConfigError(
+        `--${flagName(key)} applies to a rediss:// or etcds:// store; for Postgres put sslmode=verify-full&sslrootcert=FILE (and sslcert=, sslkey=) in the URL`,
+      );
+    }
   }
 }
 

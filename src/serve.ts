@@ -11,7 +11,7 @@ import { loadAuthFile } from './auth/file.js';
 import { ConfigError, DEFAULTS, exposureProblem, type ServeConfig } from './config.js';
 import { buildControl, buildProbes } from './control/control-server.js';
 import { hostAllowList } from './http/allowed-hosts.js';
-import { CaBundle, ListenerTls, readCertificates, type TlsFileError } from './http/tls.js';
+import { CaBundle, ListenerTls, readStoreTls, type TlsFileError } from './http/tls.js';
 import { Issuer } from './issuer/service.js';
 import { BreakerBoard } from './breakers/board.js';
 import { EventLog } from './observe/events.js';
@@ -85,7 +85,7 @@ function openTls(config: Readonly<ServeConfig>) {
       'control listener',
     ),
     upstreamCa: config.upstreamCa === null ? null : new CaBundle(config.upstreamCa, 'upstream CA'),
-    storeCa: config.storeCa === null ? null : readCertificates(config.storeCa, 'store CA'),
+    store: readStoreTls(config),
   };
 }
 
@@ -185,7 +185,7 @@ export async function openCore(
     await openStore(config.store, {
       allowVolatileRedis: config.allowVolatileRedis,
       ...(config.storeNamespace ? { namespace: config.storeNamespace } : {}),
-      ...(tls.storeCa === null ? {} : { tlsCa: tls.storeCa }),
+      ...tls.store,
     }),
     metrics,
   );

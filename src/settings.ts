@@ -383,7 +383,25 @@ export const SETTINGS = {
     type: 'path',
     default: null,
     arg: 'FILE',
-    help: "CA bundle a rediss:// store's certificate must chain to (Postgres: sslmode=verify-full&sslrootcert=FILE in the URL)",
+    help: "CA bundle a rediss:// or etcds:// store's certificate must chain to (Postgres: sslmode=verify-full&sslrootcert=FILE in the URL)",
+  },
+  /** Store mTLS: the client certificate chain and key fencegate presents to a rediss:// or etcds:// store. */
+  storeCert: {
+    flag: '--store-cert',
+    env: 'FENCEGATE_STORE_CERT',
+    type: 'path',
+    default: null,
+    arg: 'FILE',
+    help: 'the client certificate chain (PEM) presented to a rediss:// or etcds:// store that asks for one (Redis tls-auth-clients, etcd --client-cert-auth)',
+    helpWith: 'storeKey',
+  },
+  storeKey: {
+    flag: '--store-key',
+    env: 'FENCEGATE_STORE_KEY',
+    type: 'path',
+    default: null,
+    arg: 'FILE',
+    help: "the private key of --store-cert's certificate (PEM)",
   },
   logLevel: {
     flag: '--log-level',

@@ -83,6 +83,28 @@ export function readKeyPair(certFile: string, keyFile: string, what: string): { 
   return { cert, key };
 }
 
+/** What fencegate presents to and trusts of a TLS store (rediss://, etcds://): Store options. */
+export interface StoreTlsFiles {
+  /** The CA certificates (PEM) the store's certificate must chain to; absent: the built-in roots. */
+  tlsCa?: readonly string[];
+  /** The client certificate chain and key, for a store that asks for one. */
+  tlsClient?: { cert: string; key: string };
+}
+
+/** The store's TLS files (--store-ca, --store-cert, --store-key), read and checked; one home for serve and `epoch bump`. */
+export function readStoreTls(files: {
+  storeCa: string | null;
+  storeCert: string | null;
+  storeKey: string | null;
+}): StoreTlsFiles {
+  return {
+    ...(files.storeCa === null ? {} : { tlsCa: readCertificates(files.storeCa, 'store CA') }),
+    ...(files.storeCert === null || files.storeKey === null
+      ? {}
+      : { tlsClient: readKeyPair(files.storeCert, files.storeKey, 'store client') }),
+  };
+}
+
 /** Server options for a listener's files: cert and key, and with a client CA, mTLS enforced at the handshake. */
 export function listenerTlsOptions(
   files: ListenerTlsFiles,

@@ -1,6 +1,6 @@
 /**
  * Opens the store named by a --store value: `redis://…`/`rediss://…`, `postgres://…`/
- * `postgresql://…`, `etcd://host:port,…`, or a plain directory path for the embedded
+ * `postgresql://…`, `etcd://host:port,…`/`etcds://…`, or a plain directory path for the embedded
  * store. Anything that looks like another scheme (`redis+cluster://…`, a typo) is refused:
  * read as a directory, it would silently give each gateway a fence of its own.
  */
@@ -10,14 +10,21 @@ import type { Store, StoreOptions } from './types.js';
 
 export type { Store, StoreOptions } from './types.js';
 
-export const STORE_SCHEMES = ['redis://', 'rediss://', 'postgres://', 'postgresql://', 'etcd://'] as const;
+export const STORE_SCHEMES = [
+  'redis://',
+  'rediss://',
+  'postgres://',
+  'postgresql://',
+  'etcd://',
+  'etcds://',
+] as const;
 
 /** A URL scheme at the start (`name:`), as opposed to a path. */
 const SCHEME = /^[A-Za-z][A-Za-z0-9+.-]*:/;
 
 export function storeKindOf(spec: string): 'redis' | 'postgres' | 'etcd' | 'embedded' | null {
   if (/^rediss?:\/\//i.test(spec)) return 'redis';
-  if (/^etcd:\/\//i.test(spec)) return 'etcd';
+  if (/^etcds?:\/\//i.test(spec)) return 'etcd';
   if (/^postgres(ql)?:\/\//i.test(spec)) return 'postgres';
   if (SCHEME.test(spec)) return null;
   return 'embedded';

@@ -443,8 +443,10 @@ export interface StoreOptions {
   namespace?: string;
   /** Redis: start even without AOF appendfsync always. */
   allowVolatileRedis?: boolean;
-  /** rediss://: the CA certificates (PEM) the server's certificate must chain to (--store-ca). */
+  /** rediss://, etcds://: the CA certificates (PEM) the server's certificate must chain to (--store-ca). */
   tlsCa?: readonly string[];
+  /** rediss://, etcds://: the client certificate chain and key presented (--store-cert, --store-key). */
+  tlsClient?: { cert: string; key: string };
   /**
    * Refuse to open a store (a directory, a schema, a key prefix) that fencegate never
    * initialised, instead of creating it: for commands that act on an existing store

@@ -76,7 +76,7 @@ describe('fencegate CLI', () => {
   });
 
   it.each([
-    ['serve', 'etcds://127.0.0.1:2379'],
+    ['serve', 'etcdv3://127.0.0.1:2379'],
     ['serve', 'redis+cluster://127.0.0.1:7000,127.0.0.1:7001'],
     ['serve', 'reddis://127.0.0.1:6379'],
     ['serve', 'file:./data'],

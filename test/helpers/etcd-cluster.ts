@@ -8,10 +8,12 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Agent } from 'undici';
 import { freePort } from './redis-server.js';
+import type { TestCerts } from './tls-certs.js';
 import { sleep } from './wait.js';
 
 /**
@@ -23,6 +25,7 @@ const DATA_ROOT = existsSync('/dev/shm') ? '/dev/shm' : tmpdir();
 
 export interface EtcdMember {
   name: string;
+  /** http://127.0.0.1:port, or https:// for a cluster started with `tls`. */
   clientUrl: string;
   peerUrl: string;
   dir: string;
@@ -32,7 +35,7 @@ export interface EtcdMember {
 
 export interface EtcdCluster {
   members: EtcdMember[];
-  /** The --store value naming every member: `etcd://127.0.0.1:a,127.0.0.1:b,127.0.0.1:c`. */
+  /** The --store value naming every member: `etcd://127.0.0.1:a,127.0.0.1:b,127.0.0.1:c` (etcds:// with tls). */
   spec: string;
   /** The member currently leading (asked through each member's JSON gateway). */
   leader(): Promise<EtcdMember>;
@@ -57,22 +60,54 @@ interface StatusReply {
   leader?: string;
 }
 
+/**
+ * Clients over TLS: the members serve their client port with the test CA's server
+ * certificate and, with `clientAuth`, refuse clients without a certificate from it
+ * (etcd's --client-cert-auth). Peers talk plain HTTP among themselves.
+ */
+export interface EtcdTlsOptions {
+  certs: TestCerts;
+  clientAuth: boolean;
+}
+
+/** How the helper itself reaches the members' JSON gateway over TLS (CA and client certificate). */
+const tlsAgents = new Map<string, Agent>();
+
+function agentFor(m: EtcdMember): Agent | undefined {
+  return tlsAgents.get(m.clientUrl);
+}
+
 /** The member's view of the cluster (POST /v3/maintenance/status on its JSON gateway), or null. */
 async function status(m: EtcdMember): Promise<StatusReply | null> {
   try {
+    const agent = agentFor(m);
     const res = await fetch(`${m.clientUrl}/v3/maintenance/status`, {
       method: 'POST',
       body: '{}',
       signal: AbortSignal.timeout(1000),
-    });
+      ...(agent === undefined ? {} : { dispatcher: agent }),
+    } as RequestInit);
     return res.ok ? ((await res.json()) as StatusReply) : null;
   } catch {
     return null;
   }
 }
 
+const memberTls = new Map<string, EtcdTlsOptions>();
+
+function tlsArgs(m: EtcdMember): string[] {
+  const tls = memberTls.get(m.name + m.dir);
+  if (tls === undefined) return [];
+  return [
+    '--cert-file', tls.certs.dualUse.cert,
+    '--key-file', tls.certs.dualUse.key,
+    ...(tls.clientAuth ? ['--client-cert-auth', '--trusted-ca-file', tls.certs.ca.cert] : []),
+  ]; // prettier-ignore
+}
+
 function args(m: EtcdMember, all: EtcdMember[], state: 'new' | 'existing'): string[] {
   return [
+    ...tlsArgs(m),
     '--name', m.name,
     '--data-dir', m.dir,
     '--listen-client-urls', m.clientUrl,
@@ -124,17 +159,31 @@ async function ready(members: EtcdMember[], timeoutMs = 30_000): Promise<void> {
   }
 }
 
-export async function startEtcdCluster(size = 3): Promise<EtcdCluster> {
+export async function startEtcdCluster(size = 3, tls?: EtcdTlsOptions): Promise<EtcdCluster> {
   const members: EtcdMember[] = [];
   for (let i = 0; i < size; i++) {
-    members.push({
+    const m: EtcdMember = {
       name: `m${i}`,
-      clientUrl: `http://127.0.0.1:${await freePort()}`,
+      clientUrl: `${tls === undefined ? 'http' : 'https'}://127.0.0.1:${await freePort()}`,
       peerUrl: `http://127.0.0.1:${await freePort()}`,
       dir: mkdtempSync(join(DATA_ROOT, `fg-etcd-m${i}-`)),
       proc: null,
       output: '',
-    });
+    };
+    if (tls !== undefined) {
+      memberTls.set(m.name + m.dir, tls);
+      const read = (f: string) => readFileSync(f);
+      tlsAgents.set(
+        m.clientUrl,
+        new Agent({
+          connect: {
+            ca: read(tls.certs.ca.cert),
+            ...(tls.clientAuth ? { cert: read(tls.certs.client.cert), key: read(tls.certs.client.key) } : {}),
+          },
+        }),
+      );
+    }
+    members.push(m);
   }
   const stop = () => {
     for (const m of members) {
@@ -154,7 +203,7 @@ export async function startEtcdCluster(size = 3): Promise<EtcdCluster> {
   await ready(members);
   const cluster: EtcdCluster = {
     members,
-    spec: `etcd://${members.map((m) => new URL(m.clientUrl).host).join(',')}`,
+    spec: `${tls === undefined ? 'etcd' : 'etcds'}://${members.map((m) => new URL(m.clientUrl).host).join(',')}`,
     async leader() {
       const end = Date.now() + 15_000;
       for (;;) {

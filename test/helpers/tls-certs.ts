@@ -26,6 +26,11 @@ export interface TestCerts {
   /** Server certificates from `ca` for IP 127.0.0.1 and DNS localhost. */
   server: KeyPairFiles;
   server2: KeyPairFiles;
+  /**
+   * A server certificate also usable as a client's (both extended key usages), as etcd's
+   * gRPC gateway needs with --client-cert-auth (it dials its own port with it).
+   */
+  dualUse: KeyPairFiles;
   /** From `ca`, for the name other.example only (host name check fails, chain passes). */
   wrongName: KeyPairFiles;
   /** Client certificates from `ca` and from `otherCa`. */
@@ -116,6 +121,7 @@ export function makeTestCerts(): TestCerts {
     otherCa,
     server: makeLeaf(dir, 'server', ca, local, 'serverAuth'),
     server2: makeLeaf(dir, 'server2', ca, local, 'serverAuth'),
+    dualUse: makeLeaf(dir, 'dual-use', ca, local, 'serverAuth,clientAuth'),
     wrongName: makeLeaf(dir, 'wrong-name', ca, 'DNS:other.example', 'serverAuth'),
     client: makeLeaf(dir, 'client', ca, '', 'clientAuth'),
     otherClient: makeLeaf(dir, 'other-client', otherCa, '', 'clientAuth'),
@@ -200,9 +206,13 @@ export async function keepAliveAgent(ca: string, client?: KeyPairFiles): Promise
 
 /**
  * A redis-server of the test's own that speaks TLS only (its plain port off), with the
- * server certificate of `certs`; clients need no certificate. Stop it with `redis.stop()`.
+ * server certificate of `certs`; clients need no certificate unless `clientAuth` (then one
+ * from the test CA: Redis's default `tls-auth-clients yes`). Stop it with `redis.stop()`.
  */
-export async function startTlsRedis(certs: TestCerts): Promise<{ redis: RedisServer; url: string }> {
+export async function startTlsRedis(
+  certs: TestCerts,
+  clientAuth = false,
+): Promise<{ redis: RedisServer; url: string }> {
   const tlsPort = await freePort();
   const redis = await startRedisServer([
     '--port',
@@ -216,7 +226,7 @@ export async function startTlsRedis(certs: TestCerts): Promise<{ redis: RedisSer
     '--tls-ca-cert-file',
     certs.ca.cert,
     '--tls-auth-clients',
-    'no',
+    clientAuth ? 'yes' : 'no',
   ]);
   return { redis, url: `rediss://127.0.0.1:${tlsPort}` };
 }

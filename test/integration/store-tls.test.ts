@@ -1,6 +1,7 @@
 /**
  * TLS to the stores with certificates made by the test: a private redis-server speaking
- * only TLS (rediss:// with --store-ca), and Postgres sslmode against the shared server
+ * only TLS (rediss:// with --store-ca; one asking for a client certificate, --store-cert),
+ * a private etcd member serving only TLS with --client-cert-auth (etcds://), and Postgres sslmode against the shared server
  * (no SSL: verify-full must fail, clearly) and against a cluster of our own with ssl=on
  * (verify-full verifies the chain and the host name; verify-ca the chain only).
  */
@@ -11,13 +12,14 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveConfig } from '../../src/config.js';
-import { readCertificates } from '../../src/http/tls.js';
+import { readCertificates, readStoreTls } from '../../src/http/tls.js';
 import { startServer } from '../../src/serve.js';
 import { openStore, type Store } from '../../src/store/index.js';
 import { pgConnection } from '../../src/store/sql/pg-ssl.js';
 import { dropPostgresSchema, randomNamespace, SHARED_POSTGRES } from '../helpers/e2e.js';
 import type { RedisServer } from '../helpers/redis-server.js';
 import { startCluster, type Cluster } from '../helpers/sql-cluster.js';
+import { startEtcdCluster, type EtcdCluster } from '../helpers/etcd-cluster.js';
 import { makeTestCerts, startTlsRedis, type TestCerts } from '../helpers/tls-certs.js';
 
 let certs: TestCerts;
@@ -87,6 +89,120 @@ describe('Redis over TLS (rediss://)', () => {
     try {
       const ready = await fetch(`${server.control}/readyz`);
       expect(ready.status).toBe(200);
+    } finally {
+      await server.close();
+    }
+  }, 30_000);
+});
+
+/** --store-ca, --store-cert and --store-key of the test's certificates, read as serve reads them. */
+const clientTls = () =>
+  readStoreTls({ storeCa: certs.ca.cert, storeCert: certs.client.cert, storeKey: certs.client.key });
+
+describe('Redis over TLS asking for a client certificate (--store-cert)', () => {
+  let redis: RedisServer;
+  let url: string;
+
+  beforeAll(async () => {
+    ({ redis, url } = await startTlsRedis(certs, true));
+  }, 30_000);
+
+  afterAll(async () => {
+    await redis?.stop();
+  });
+
+  it('opens with the client certificate, and grants', async () => {
+    const store = await openStore(url, {
+      allowVolatileRedis: true,
+      namespace: randomNamespace('fgtls'),
+      ...clientTls(),
+    });
+    try {
+      await grantOnce(store);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('without one, or with one from another CA, is refused with one line', async () => {
+    const tlsCa = readCertificates(certs.ca.cert, 'store CA');
+    await expect(openStore(url, { allowVolatileRedis: true, tlsCa })).rejects.toThrow(
+      /cannot connect to redis/,
+    );
+    const other = readStoreTls({
+      storeCa: certs.ca.cert,
+      storeCert: certs.otherClient.cert,
+      storeKey: certs.otherClient.key,
+    });
+    await expect(openStore(url, { allowVolatileRedis: true, ...other })).rejects.toThrow(
+      /cannot connect to redis/,
+    );
+  });
+});
+
+describe('etcd over TLS (etcds://) with --client-cert-auth', () => {
+  let etcd: EtcdCluster;
+
+  beforeAll(async () => {
+    etcd = await startEtcdCluster(1, { certs, clientAuth: true });
+  }, 60_000);
+
+  afterAll(() => etcd?.stop());
+
+  it('opens with the CA and the client certificate, and grants', async () => {
+    expect(etcd.spec).toMatch(/^etcds:\/\/127\.0\.0\.1:\d+$/);
+    const store = await openStore(etcd.spec, { namespace: randomNamespace('fgtls'), ...clientTls() });
+    try {
+      await grantOnce(store);
+      expect((await store.health()).ok).toBe(true);
+    } finally {
+      await store.close();
+    }
+  }, 30_000);
+
+  it('refuses to open without the client certificate, with a server chained to another CA, and in plain text', async () => {
+    const open = (spec: string, tls: object) =>
+      openStore(spec, { namespace: randomNamespace('fgtls'), ...tls });
+    const files = (ca: string, client: { cert: string; key: string }) =>
+      readStoreTls({ storeCa: ca, storeCert: client.cert, storeKey: client.key });
+    // The member refuses the handshake (TLS alert 42, bad certificate).
+    await expect(open(etcd.spec, { tlsCa: readCertificates(certs.ca.cert, 'store CA') })).rejects.toThrow(
+      /cannot open the etcd store \(etcds 127\.0\.0\.1:\d+, namespace "fgtls[^"]*"\): .*bad certificate/,
+    );
+    await expect(open(etcd.spec, files(certs.ca.cert, certs.otherClient))).rejects.toThrow(/bad certificate/);
+    // fencegate refuses the member's certificate.
+    await expect(open(etcd.spec, files(certs.otherCa.cert, certs.client))).rejects.toThrow(
+      /cannot open the etcd store .*unable to verify the first certificate/,
+    );
+    await expect(open(etcd.spec.replace(/^etcds:/, 'etcd:'), {})).rejects.toThrow(
+      /cannot open the etcd store \(etcd /,
+    );
+  }, 60_000);
+
+  it('fencegate serve with --store-ca, --store-cert and --store-key', async () => {
+    const server = await startServer(
+      resolveConfig({
+        flags: {
+          store: etcd.spec,
+          storeCa: certs.ca.cert,
+          storeCert: certs.client.cert,
+          storeKey: certs.client.key,
+          storeNamespace: randomNamespace('fgtls'),
+          listen: '127.0.0.1:0',
+          control: '127.0.0.1:0',
+          policies: 'test/fixtures/empty-policy.yaml',
+        },
+      }),
+    );
+    try {
+      const ready = await fetch(`${server.control}/readyz`);
+      expect(ready.status).toBe(200);
+      const acquired = await fetch(`${server.control}/v1/locks/tls-lock/acquire`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ owner: 'w1', ttlMs: 5000 }),
+      });
+      expect(acquired.status).toBe(200);
     } finally {
       await server.close();
     }

@@ -104,6 +104,8 @@ const COMPANIONS: Partial<Record<SettingKey, Record<string, string>>> = {
   controlTlsKey: { controlTlsCert: '/c.pem' },
   controlTlsClientCa: { controlTlsCert: '/c.pem', controlTlsKey: '/k.pem' },
   storeCa: { store: 'rediss://127.0.0.1:6380' },
+  storeCert: { store: 'etcds://127.0.0.1:2379', storeKey: '/k.pem' },
+  storeKey: { store: 'rediss://127.0.0.1:6380', storeCert: '/c.pem' },
 };
 
 /** Three valid values of a row, for the config file, the environment and the flag; neighbours differ. */
@@ -209,7 +211,15 @@ describe('derived from the table', () => {
       if (row.flag === null) expect(serve).toContain(key);
     }
     const epoch = commandHelp('epoch');
-    for (const flag of ['--store ', '--store-namespace', '--store-ca', '--allow-volatile-redis', '--force'])
+    for (const flag of [
+      '--store ',
+      '--store-namespace',
+      '--store-ca',
+      '--store-cert',
+      '--store-key',
+      '--allow-volatile-redis',
+      '--force',
+    ])
       expect(epoch).toContain(flag);
   });
 

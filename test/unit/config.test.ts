@@ -66,6 +66,7 @@ describe('config', () => {
       'postgresql://h/db',
       'etcd://h:2379',
       'etcd://10.0.0.1:2379,10.0.0.2:2379,[::1]:2379',
+      'etcds://etcd-0.example:2379,etcd-1.example:2379',
       './data',
       '/var/lib/fencegate',
       'data',
@@ -73,14 +74,15 @@ describe('config', () => {
     ]) {
       expect(resolveConfig({ flags: { store } }).store).toBe(store);
     }
-    for (const store of ['etcds://h:2379', 'redis+cluster://a:1,b:2', 'Redis:/x', 'file:data', 'c:foo']) {
+    for (const store of ['etcdv3://h:2379', 'redis+cluster://a:1,b:2', 'Redis:/x', 'file:data', 'c:foo']) {
       expect(() => resolveConfig({ flags: { store } })).toThrow(/--store: .*unknown store scheme/);
     }
-    expect(() => resolveConfig({ env: { FENCEGATE_STORE: 'etcds://h' } })).toThrow(
-      /environment FENCEGATE_STORE: .*unknown store scheme "etcds:"/,
+    expect(() => resolveConfig({ env: { FENCEGATE_STORE: 'etcdv3://h' } })).toThrow(
+      /environment FENCEGATE_STORE: .*unknown store scheme "etcdv3:"/,
     );
     // An etcd store names every member with its client port, and nothing else.
     expect(() => resolveConfig({ flags: { store: 'etcd://h' } })).toThrow(/--store: .*"h" is not host:port/);
+    expect(() => resolveConfig({ flags: { store: 'etcds://h' } })).toThrow(/--store: .*"h" is not host:port/);
     expect(() => resolveConfig({ flags: { store: 'etcd://a:1,,b:2' } })).toThrow(/"" is not host:port/);
     expect(() => resolveConfig({ flags: { store: 'etcd://h:2379/x' } })).toThrow(
       /no path, query or fragment/,

@@ -16,12 +16,22 @@ describe('etcd spec', () => {
   it('names every member with its client port, and optional credentials', () => {
     expect(parseEtcdSpec('etcd://a:2379,10.0.0.2:2379,[::1]:2380')).toEqual({
       hosts: ['http://a:2379', 'http://10.0.0.2:2379', 'http://[::1]:2380'],
+      tls: false,
       auth: null,
     });
     expect(parseEtcdSpec('etcd://fg:p%40ss@a:2379')).toEqual({
       hosts: ['http://a:2379'],
+      tls: false,
       auth: { username: 'fg', password: 'p@ss' },
     });
+  });
+  it('etcds:// reaches every member over TLS', () => {
+    expect(parseEtcdSpec('ETCDS://fg:pw@a:2379,b:2379')).toEqual({
+      hosts: ['https://a:2379', 'https://b:2379'],
+      tls: true,
+      auth: { username: 'fg', password: 'pw' },
+    });
+    expect(parseEtcdSpec('etcds://a')).toMatch(/"a" is not host:port/);
   });
   it('says what is wrong', () => {
     expect(parseEtcdSpec('etcd://a')).toMatch(/"a" is not host:port/);

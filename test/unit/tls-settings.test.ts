@@ -42,10 +42,12 @@ describe('TLS config settings', () => {
       controlTlsClientCa: '/cca.pem',
       upstreamCa: '/u.pem',
       storeCa: null,
+      storeCert: null,
+      storeKey: null,
     });
   });
 
-  it('a certificate needs its key, a client CA needs TLS, a store CA needs rediss://', () => {
+  it('a certificate needs its key, a client CA needs TLS, a store CA or certificate needs rediss:// or etcds://', () => {
     const bad = (flags: Record<string, string>) => () => resolveConfig({ flags });
     expect(bad({ tlsCert: '/x.pem' })).toThrow(ConfigError);
     expect(bad({ tlsCert: '/x.pem' })).toThrow('--tls-cert needs --tls-key');
@@ -58,6 +60,20 @@ describe('TLS config settings', () => {
     expect(resolveConfig({ flags: { storeCa: '/ca.pem', store: 'rediss://db:6380' } }).storeCa).toBe(
       '/ca.pem',
     );
+    expect(resolveConfig({ flags: { storeCa: '/ca.pem', store: 'etcds://db:2379' } }).storeCa).toBe(
+      '/ca.pem',
+    );
+    expect(bad({ storeCa: '/ca.pem', store: 'etcd://db:2379' })).toThrow(
+      '--store-ca applies to a rediss:// or etcds://',
+    );
+    expect(bad({ storeCert: '/c.pem', store: 'etcds://db:2379' })).toThrow('--store-cert needs --store-key');
+    expect(bad({ storeKey: '/k.pem', store: 'rediss://db:6380' })).toThrow('--store-key needs --store-cert');
+    expect(bad({ storeCert: '/c.pem', storeKey: '/k.pem', store: 'redis://db:6379' })).toThrow(
+      '--store-cert applies to a rediss:// or etcds://',
+    );
+    expect(
+      resolveConfig({ flags: { storeCert: '/c.pem', storeKey: '/k.pem', store: 'etcds://db:2379' } }),
+    ).toMatchObject({ storeCert: '/c.pem', storeKey: '/k.pem' });
   });
 });
 

@@ -59,6 +59,25 @@ const CALL_TIMEOUT_MS = 5000;
 /** The store clock: this process's clock (see the file comment). */
 const nowMs = (): number => Date.now();
 
+/**
+ * gRPC TLS credentials for etcds://: the server's certificate chains to --store-ca (or to
+ * the built-in roots without it) and names the host dialled; --store-cert is presented
+ * to a cluster that runs with --client-cert-auth.
+ */
+function credentials(opts: StoreOptions): {
+  rootCertificate: Buffer;
+  privateKey?: Buffer;
+  certChain?: Buffer;
+} {
+  return {
+    // null: gRPC's built-in roots (the option's type says Buffer; grpc.credentials.createSsl takes null).
+    rootCertificate: (opts.tlsCa === undefined ? null : Buffer.from(opts.tlsCa.join('\n'))) as Buffer,
+    ...(opts.tlsClient === undefined
+      ? {}
+      : { privateKey: Buffer.from(opts.tlsClient.key), certChain: Buffer.from(opts.tlsClient.cert) }),
+  };
+}
+
 export class EtcdStore implements Store {
   readonly kind = 'etcd' as const;
   private readonly resets = new ResetWatch();
@@ -90,12 +109,13 @@ export class EtcdStore implements Store {
     if (bad !== null) throw new RangeError(bad);
     const parsed = parseEtcdSpec(spec);
     if (typeof parsed === 'string') throw new RangeError(parsed);
-    const where = `etcd ${parsed.hosts.map((h) => h.slice('http://'.length)).join(',')}`;
+    const where = `${parsed.tls ? 'etcds' : 'etcd'} ${parsed.hosts.map((h) => new URL(h).host).join(',')}`;
     const client = new Etcd3({
       hosts: parsed.hosts,
       dialTimeout: CALL_TIMEOUT_MS,
       defaultCallOptions: () => ({ deadline: Date.now() + CALL_TIMEOUT_MS }),
       ...(parsed.auth === null ? {} : { auth: parsed.auth }),
+      ...(parsed.tls ? { credentials: credentials(opts) } : {}),
     });
     const store = new EtcdStore(client, ns, where);
     try {

@@ -622,8 +622,16 @@ export async function openRedisStore(url: string, opts: StoreOptions = {}): Prom
   if (bad !== null) throw new RangeError(bad);
   const conn = createConnection(url, {
     connectionName: 'fencegate',
-    // rediss://: verified against --store-ca instead of the built-in roots (ioredis turns tls on for rediss).
-    ...(opts.tlsCa === undefined ? {} : { tls: { ca: [...opts.tlsCa] } }),
+    // rediss://: verified against --store-ca instead of the built-in roots, and presenting
+    // --store-cert when given (ioredis turns tls on for rediss).
+    ...(opts.tlsCa === undefined && opts.tlsClient === undefined
+      ? {}
+      : {
+          tls: {
+            ...(opts.tlsCa === undefined ? {} : { ca: [...opts.tlsCa] }),
+            ...(opts.tlsClient === undefined ? {} : opts.tlsClient),
+          },
+        }),
   });
   await connect(conn);
   try {
