@@ -113,10 +113,7 @@ export class Snapshot implements RecordTables {
 
   private table<V, K extends RecordKey = string>(name: TableName): RecordTable<V, K> {
     const key = (k: K) => recordKey(this.ns, name, k);
-    // Only idempotency records hold bytes: the other tables' records are read and written
-    // without a reviver or replacer called on every member.
-    const bytes = name === 'idempotency';
-    const decode = (b: Buffer) => JSON.parse(b.toString('utf8'), bytes ? reviveBytes : undefined) as V;
+    const decode = (b: Buffer) => decodeRecord<V>(name, b);
     // Read when called: the tables are made before the constructor sets `ns`.
     const range = (start: K | undefined) =>
       this.range(name, start === undefined ? tablePrefix(this.ns, name) : key(start));
@@ -126,13 +123,24 @@ export class Snapshot implements RecordTables {
         const v = this.value(key(k));
         return v === null ? undefined : decode(v);
       },
-      put: (k, v) =>
-        this.writes.set(key(k), Buffer.from(JSON.stringify(v, bytes ? replaceBytes : undefined))),
+      put: (k, v) => this.writes.set(key(k), encodeRecord(name, v)),
       remove: (k) => this.writes.set(key(k), null),
       getRange: ({ start }) => entries(start),
       getKeys: () => keysOf(entries(undefined)),
     };
   }
+}
+
+/**
+ * A record as etcd holds it: JSON. Only idempotency records hold bytes: the other tables'
+ * records are read and written without a reviver or replacer called on every member.
+ */
+export function decodeRecord<V>(table: TableName, b: Buffer): V {
+  return JSON.parse(b.toString('utf8'), table === 'idempotency' ? reviveBytes : undefined) as V;
+}
+
+export function encodeRecord(table: TableName, value: unknown): Buffer {
+  return Buffer.from(JSON.stringify(value, table === 'idempotency' ? replaceBytes : undefined));
 }
 
 export function rangeId(table: TableName, start: string): string {

@@ -48,6 +48,7 @@ import { ClusterIdentity, IdentityChanged } from './identity.js';
 import { recordKey, type RecordKey, type TableName } from './keys.js';
 import { FIRST_RANGE, type RangeAsk, type Snapshot } from './snapshot.js';
 import { parseEtcdSpec } from './spec.js';
+import { EtcdHousekeeper } from './prune.js';
 import { KeyQueue } from './serial.js';
 import { TxnRunner } from './txn.js';
 import { WakeWatch } from './watch.js';
@@ -55,6 +56,12 @@ import { WakeWatch } from './watch.js';
 export const DEFAULT_NAMESPACE = defaultNamespace('etcd');
 /** How long one etcd call may take before the operation fails (no quorum: fail closed). */
 const CALL_TIMEOUT_MS = 5000;
+/**
+ * A housekeeping round (prune.ts) starts at most this often per process, on a grant or an
+ * admission: a round reads every record of four tables, which on etcd is a range read
+ * per 500 records, not a local scan as on the embedded store (10 s there).
+ */
+const PRUNE_EVERY_MS = 60_000;
 
 /** The store clock: this process's clock (see the file comment). */
 const nowMs = (): number => Date.now();
@@ -89,6 +96,9 @@ export class EtcdStore implements Store {
   private readonly queue = new KeyQueue();
   private lastHeader: IResponseHeader | null = null;
   private closing: Promise<void> | null = null;
+  private readonly housekeeper: EtcdHousekeeper;
+  private pruning: Promise<void> | null = null;
+  private lastPrune = 0;
 
   private constructor(
     private readonly client: Etcd3,
@@ -101,6 +111,7 @@ export class EtcdStore implements Store {
     });
     this.raiser = new TxnRunner(client.kv, ns, { sent: () => 0n, check: (h) => (this.lastHeader = h) });
     this.wakes = new WakeWatch(client, ns, CALL_TIMEOUT_MS);
+    this.housekeeper = new EtcdHousekeeper(client.kv, ns);
   }
 
   static async open(spec: string, opts: StoreOptions = {}): Promise<EtcdStore> {
@@ -224,6 +235,7 @@ export class EtcdStore implements Store {
     });
     this.noteEpoch(last);
     if (r.ok) this.resets.saw(r.lease.token);
+    this.housekeep();
     return r;
   }
 
@@ -298,6 +310,7 @@ export class EtcdStore implements Store {
     });
     this.noteEpoch(last);
     if (r.ok) this.resets.saw(r.highest);
+    this.housekeep();
     return r;
   }
 
@@ -429,8 +442,27 @@ export class EtcdStore implements Store {
     }
   }
 
+  /** Removes expired records in the background (prune.ts), a round at most every PRUNE_EVERY_MS. */
+  private housekeep(): void {
+    if (this.closing || this.pruning) return;
+    const t = Date.now();
+    if (t - this.lastPrune < PRUNE_EVERY_MS) return;
+    this.lastPrune = t;
+    this.pruning = this.housekeeper
+      .round(nowMs, () => this.closing !== null)
+      // Best effort: etcd unreachable now fails the operations themselves; the next round retries.
+      .then(
+        () => undefined,
+        () => undefined,
+      )
+      .finally(() => {
+        this.pruning = null;
+      });
+  }
+
   close(): Promise<void> {
     this.closing ??= (async () => {
+      if (this.pruning) await this.pruning;
       await this.wakes.close();
       this.client.close();
     })();

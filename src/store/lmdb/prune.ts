@@ -10,7 +10,7 @@
  * million locks costs the same memory to sweep as one of five thousand (issue 30).
  */
 import type { Database } from 'lmdb';
-import type { InflightRec, Tables } from './db.js';
+import type { GrantRec, IdempotencyRec, InflightRec, Tables, WaiterRec } from './db.js';
 import { nowMs } from './db.js';
 import { live } from './idempotency.js';
 
@@ -76,14 +76,31 @@ function sameKey(a: unknown, b: unknown): boolean {
     : a === b;
 }
 
+/**
+ * What housekeeping removes, judged at `now`: one home for the embedded and etcd stores'
+ * sweeps. A grant's replay record past its keep time; a queue whose every waiter's
+ * deadline passed; an idempotency record no longer live; an in-flight entry of an ended
+ * session that was not delivering (a delivering one is left to the gateway that watches
+ * it for its bound).
+ */
+export const expired = {
+  grant: (g: GrantRec, now: number): boolean => g.keepUntil <= now,
+  queue: (q: readonly WaiterRec[], now: number): boolean => q.every((w) => w.deadline <= now),
+  idempotency: (rec: IdempotencyRec | undefined, now: number): boolean => !live(rec, now),
+  leftoverEntry: (
+    [, session, bound = 0]: InflightRec[string],
+    sessionLive: (id: string) => boolean,
+  ): boolean => bound === 0 && !sessionLive(session),
+};
+
 export async function housekeep(t: Tables, stopped: () => boolean, pass: number = PRUNE_PASS): Promise<void> {
   await sweepTable(
     t,
     t.grants,
-    (g, now) => g.keepUntil <= now,
+    expired.grant,
     (key, at) => {
       const g = t.grants.get(key);
-      if (g !== undefined && g.keepUntil <= at) t.grants.remove(key);
+      if (g !== undefined && expired.grant(g, at)) t.grants.remove(key);
     },
     stopped,
     pass,
@@ -91,10 +108,10 @@ export async function housekeep(t: Tables, stopped: () => boolean, pass: number 
   await sweepTable(
     t,
     t.waiters,
-    (q, now) => q.every((w) => w.deadline <= now),
+    expired.queue,
     (key, at) => {
       const q = t.waiters.get(key);
-      if (q !== undefined && q.every((w) => w.deadline <= at)) t.waiters.remove(key);
+      if (q !== undefined && expired.queue(q, at)) t.waiters.remove(key);
     },
     stopped,
     pass,
@@ -102,17 +119,16 @@ export async function housekeep(t: Tables, stopped: () => boolean, pass: number 
   await sweepTable(
     t,
     t.idempotency,
-    (rec, now) => !live(rec, now),
+    expired.idempotency,
     (key, at) => {
-      if (!live(t.idempotency.get(key), at)) t.idempotency.remove(key);
+      if (expired.idempotency(t.idempotency.get(key), at)) t.idempotency.remove(key);
     },
     stopped,
     pass,
   );
-  // Entries of ended sessions that were not delivering (endSession removes them; this
-  // catches leftovers). A delivering one is left to the gateway that watches it for its bound.
-  const leftover = ([, session, bound = 0]: InflightRec[string]) =>
-    bound === 0 && t.sessions.get(session) === undefined;
+  // Entries of ended sessions (endSession removes them; this catches leftovers).
+  const leftover = (entry: InflightRec[string]) =>
+    expired.leftoverEntry(entry, (id) => t.sessions.get(id) !== undefined);
   await sweepTable(
     t,
     t.inflight,
