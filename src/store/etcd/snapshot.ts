@@ -94,8 +94,25 @@ export class Snapshot implements RecordTables {
     const id = rangeId(table, start);
     const r = this.ranges.get(id);
     if (r === undefined) throw new Missing([], [{ table, start, limit: FIRST_RANGE }]);
-    for (const key of r.keys) if (this.value(key) !== null) yield key;
+    for (const key of this.withWrites(r)) if (this.value(key) !== null) yield key;
     if (r.more) throw new Missing([], [{ table, start, limit: r.limit * 4 }]);
+  }
+
+  /**
+   * The keys of a range read and the keys this transaction wrote inside it (an operation
+   * earlier in a group may have put one the read did not find), in etcd's byte order.
+   */
+  private withWrites(r: RangeRead): string[] {
+    const prefix = tablePrefix(this.ns, r.table);
+    const last = r.keys[r.keys.length - 1];
+    const inside = (k: string) =>
+      k.startsWith(prefix) &&
+      Buffer.compare(Buffer.from(k), Buffer.from(r.start)) >= 0 &&
+      (!r.more || (last !== undefined && Buffer.compare(Buffer.from(k), Buffer.from(last)) <= 0));
+    const read = new Set(r.keys);
+    const added = [...this.writes.keys()].filter((k) => !read.has(k) && inside(k));
+    if (added.length === 0) return r.keys;
+    return [...r.keys, ...added].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
   }
 
   /**

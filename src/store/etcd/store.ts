@@ -93,7 +93,7 @@ export class EtcdStore implements Store {
   /** Runs the epoch raise itself: its answers verify the identity instead of checking it. */
   private readonly raiser: TxnRunner;
   private readonly wakes: WakeWatch;
-  private readonly queue = new KeyQueue();
+  private readonly queue = new KeyQueue((ops) => this.guarded(() => this.runner.runGroup(ops)));
   private lastHeader: IResponseHeader | null = null;
   private closing: Promise<void> | null = null;
   private readonly housekeeper: EtcdHousekeeper;
@@ -169,16 +169,21 @@ export class EtcdStore implements Store {
    * then the operation runs again on the raised epoch. Failures of etcd (no quorum,
    * unreachable, timeout) are StoreUnavailableError: the caller fails closed.
    */
-  private async run<R>(
+  private run<R>(
     keys: readonly string[],
     rule: (snap: Snapshot, now: number) => Outcome<R>,
     ranges: RangeAsk[] = [],
   ): Promise<R> {
+    return this.guarded(() => this.runner.run(keys, (snap) => rule(snap, nowMs()), ranges));
+  }
+
+  /** The identity check and the mapping of etcd's failures around one transaction (run, or a group). */
+  private async guarded<T>(txn: () => Promise<T>): Promise<T> {
     if (this.closing) throw new StoreUnavailableError(`${this.where}: store is closed`);
     for (;;) {
       try {
         if (this.identity.changed !== null) await this.raiseForIdentity(this.identity.changed);
-        return await this.runner.run(keys, (snap) => rule(snap, nowMs()), ranges);
+        return await txn();
       } catch (err) {
         if (err instanceof IdentityChanged) continue;
         if (err instanceof RangeError) throw err;
@@ -187,13 +192,16 @@ export class EtcdStore implements Store {
     }
   }
 
-  /** A write on one lock's (or session's) records: queued behind this process's others on it (serial.ts). */
+  /**
+   * A write on one lock's (or session's) records: queued behind this process's others on
+   * it, and sent with those queued beside it as one transaction (serial.ts).
+   */
   private write<R>(
     on: string,
     keys: readonly string[],
     rule: (snap: Snapshot, now: number) => Outcome<R>,
   ): Promise<R> {
-    return this.queue.run(on, () => this.run(keys, rule));
+    return this.queue.run(on, { keys, rule: (snap) => rule(snap, nowMs()) });
   }
 
   private async raiseForIdentity(reason: string): Promise<void> {

@@ -27,6 +27,33 @@ export interface HeaderCheck {
   check(header: IResponseHeader, sentAt: bigint): void;
 }
 
+/** One operation of a group: the keys to load up front and its rule. */
+export interface GroupOp<R> {
+  keys: readonly string[];
+  rule: (snap: Snapshot) => Outcome<R>;
+}
+
+export type Settled<R> = { ok: true; value: R } | { ok: false; error: unknown };
+
+/**
+ * Runs each rule in order on `snap`. Missing (a record not loaded) propagates: the caller
+ * loads it and runs them all again. Any other error is that rule's answer, and the writes
+ * it made before throwing are taken back.
+ */
+function applyAll<R>(snap: Snapshot, group: readonly GroupOp<R>[]): Settled<Outcome<R>>[] {
+  return group.map((op) => {
+    const before = new Map(snap.writes);
+    try {
+      return { ok: true, value: op.rule(snap) };
+    } catch (error) {
+      if (error instanceof Missing) throw error;
+      snap.writes.clear();
+      for (const [k, v] of before) snap.writes.set(k, v);
+      return { ok: false, error };
+    }
+  });
+}
+
 /** Conflicts in a row after which a transaction waits a little (jittered) before trying again. */
 const CALM_AFTER = 3;
 
@@ -52,7 +79,25 @@ export class TxnRunner {
     rule: (snap: Snapshot) => Outcome<R>,
     firstRanges: readonly RangeAsk[] = [],
   ): Promise<R> {
-    const wanted = new Set(keys);
+    const [only] = await this.runGroup([{ keys, rule }], firstRanges);
+    if (only === undefined) throw new Error('etcd store: a group of one answered nothing');
+    if (!only.ok) throw only.error;
+    return only.value;
+  }
+
+  /**
+   * Runs the rules of `group` in order on one snapshot, each seeing the writes of those
+   * before it, and commits their writes in one transaction: as if each had committed
+   * alone, one after the other, with nothing between them (they are one lock's queue,
+   * serial.ts). A conflict runs the whole group again on fresh reads. A rule that throws
+   * (other than for a record not loaded) fails alone: its writes are undone and the
+   * others go on.
+   */
+  async runGroup<R>(
+    group: readonly GroupOp<R>[],
+    firstRanges: readonly RangeAsk[] = [],
+  ): Promise<Settled<R>[]> {
+    const wanted = new Set(group.flatMap((op) => op.keys));
     const ranges = new Map(firstRanges.map((r) => [rangeId(r.table, r.start), r]));
     for (let attempt = 1; ; attempt++) {
       const snap = new Snapshot(this.ns);
@@ -65,10 +110,10 @@ export class TxnRunner {
         }
       }
       await this.load(snap, [...wanted], [...ranges.values()]);
-      let out: Outcome<R>;
+      let outs: Settled<Outcome<R>>[];
       for (;;) {
         try {
-          out = rule(snap);
+          outs = applyAll(snap, group);
           break;
         } catch (err) {
           if (!(err instanceof Missing)) throw err;
@@ -78,7 +123,9 @@ export class TxnRunner {
           await this.load(snap, err.keys, err.ranges);
         }
       }
-      if (await this.commit(snap, out.notify, cached)) return out.result;
+      const notify = outs.flatMap((o) => (o.ok ? o.value.notify : []));
+      if (await this.commit(snap, notify, cached))
+        return outs.map((o) => (o.ok ? { ok: true, value: o.value.result } : o));
       if (attempt >= CALM_AFTER) await new Promise((r) => setTimeout(r, Math.random() * 2 * attempt));
     }
   }
