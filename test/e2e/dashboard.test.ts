@@ -4,7 +4,7 @@
  * sample upstream behind a fenced route. Stale writes made through the gateway must
  * show on the open page (chart and feed) within two seconds, without a reload; the lock
  * table shows the holder; a filter narrows the feed. The screenshot is saved as
- * test-artifacts/dashboard.png (docs/dashboard.png is a copy of one).
+ * test-artifacts/dashboard.png (docs/dashboard.png is made by `npm run docs:screenshots`).
  */
 import { mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
