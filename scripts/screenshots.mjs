@@ -166,7 +166,7 @@ async function main() {
         () =>
           document.getElementById('conn')?.textContent === 'live' &&
           [...document.querySelectorAll('#upstreams tbody tr')].some(
-            (tr) => tr.children[7]?.textContent === '504',
+            (tr) => tr.children[3]?.textContent === '504',
           ) &&
           [...document.querySelectorAll('#feed tbody tr')].some((tr) =>
             / behind/.test(tr.children[7]?.textContent ?? ''),

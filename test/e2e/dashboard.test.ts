@@ -558,17 +558,17 @@ describe('the dashboard in headless Chromium', () => {
         const orders = rows.find((r) => r[0] === 'orders (http)');
         return (
           ledger !== undefined &&
-          ledger[2] === '3' &&
-          ledger[3] === '3' &&
-          ledger[4] === '100 %' &&
-          /^\d+(\.\d)? ms \/ \d+(\.\d)? ms$/.test(ledger[5] ?? '') &&
-          ledger[7] === '504' &&
+          ledger[2] === '100 %' &&
+          ledger[3] === '504' &&
+          ledger[4] === '3' &&
+          ledger[5] === '3' &&
+          /^\d+(\.\d)? ms \/ \d+(\.\d)? ms$/.test(ledger[6] ?? '') &&
           /^\d{4}-\d{2}-\d{2} .* · (just now|\d+ s ago)$/.test(ledger[8] ?? '') &&
           /did not answer in time/.test(ledger[9] ?? '') &&
-          archive?.[7] === '502' &&
+          archive?.[3] === '502' &&
           /could not be reached \(ECONNREFUSED\)/.test(archive[9] ?? '') &&
-          orders?.[3] === '0' &&
-          orders[7] === 'none' &&
+          orders?.[4] === '0' &&
+          orders[3] === 'none' &&
           /^breaker /.test(orders[1] ?? '')
         );
       },
