@@ -160,12 +160,8 @@ export class EventLog {
   private appendOwned(input: EventInput, looked: Looked): void {
     const attribution = typeof looked === 'string' || looked === null ? null : looked;
     const owner = typeof looked === 'string' ? looked : (attribution?.owner ?? null);
-    const ended = input.token === null ? null : (this.leaseEnds?.endedAt(input.lock, input.token) ?? null);
-    this.append(input, {
-      owner: owner ?? input.owner,
-      attribution,
-      leaseEndedAt: ended === null ? null : new Date(ended).toISOString(),
-    });
+    const ended = input.token === null ? null : (this.leaseEnds?.endedIso(input.lock, input.token) ?? null);
+    this.append(input, { owner: owner ?? input.owner, attribution, leaseEndedAt: ended });
   }
 
   /** Most recent first, at most `limit`, matching `filter`. */

@@ -13,8 +13,8 @@ const PER_KEY = 16;
 const KEYS = 10_000;
 
 export class LeaseEnds {
-  /** key → [token, ms since the epoch when its lease ended], newest first. */
-  private readonly ends = new Map<string, [string, number][]>();
+  /** key → [token, ms since the epoch when its lease ended, the same as ISO text], newest first. */
+  private readonly ends = new Map<string, [string, number, string][]>();
   /** Live grants to ask about a lease not yet seen ending: its expiry once past, else null. */
   private live: ((key: string, token: string) => number | null) | null = null;
 
@@ -33,7 +33,7 @@ export class LeaseEnds {
     const list = this.ends.get(key) ?? [];
     this.ends.delete(key);
     const kept = list.filter(([t]) => t !== token);
-    kept.unshift([token, at]);
+    kept.unshift([token, at, new Date(at).toISOString()]);
     if (kept.length > this.perKey) kept.length = this.perKey;
     this.ends.set(key, kept);
     if (this.ends.size > this.keys) {
@@ -47,5 +47,16 @@ export class LeaseEnds {
     const found = this.ends.get(key)?.find(([t]) => t === token);
     if (found !== undefined) return found[1];
     return this.live?.(key, token) ?? null;
+  }
+
+  /**
+   * endedAt as ISO text, for an event: the text made once when the end was noted, so a
+   * flood of refusals of one token allocates nothing here (and shares its event body).
+   */
+  endedIso(key: string, token: string): string | null {
+    const found = this.ends.get(key)?.find(([t]) => t === token);
+    if (found !== undefined) return found[2];
+    const live = this.live?.(key, token) ?? null;
+    return live === null ? null : new Date(live).toISOString();
   }
 }

@@ -52,6 +52,7 @@ describe('LeaseEnds, fed by the issuer', () => {
     const ends = new LeaseEnds(16, 2);
     for (let t = 1; t <= 20; t++) ends.note('k', String(t), t);
     expect(ends.endedAt('k', '20')).toBe(20);
+    expect(ends.endedIso('k', '20')).toBe(new Date(20).toISOString());
     expect(ends.endedAt('k', '5')).toBe(5);
     expect(ends.endedAt('k', '4')).toBeNull();
     ends.note('j', '1', 1);
