@@ -597,6 +597,20 @@ describe('the dashboard in headless Chromium', () => {
         null,
         { timeout: 5000 },
       );
+      // `all`: every event the page holds, and the caption says how many that is.
+      await shared.selectOption('#f-since', 'all');
+      await shared.waitForURL((u) => u.searchParams.get('since') === 'all', { timeout: 5000 });
+      await shared.waitForFunction(
+        () => {
+          const held = document.getElementById('buffered')?.textContent;
+          return (
+            document.getElementById('view-window')?.textContent === `all ${held} events held by this page` &&
+            (document.getElementById('chart-caption')?.textContent ?? '').startsWith(`all ${held} events`)
+          );
+        },
+        null,
+        { timeout: 5000 },
+      );
       // A window the page does not know is not taken: the default stays, and the URL says it.
       await shared.goto(`${fg.control}/dashboard?since=forever`);
       await shared.waitForURL((u) => u.searchParams.get('since') === '15m', { timeout: 5000 });
