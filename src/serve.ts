@@ -16,6 +16,7 @@ import { Issuer } from './issuer/service.js';
 import { BreakerBoard } from './breakers/board.js';
 import { EventLog } from './observe/events.js';
 import { fencedWriteLog, lifecycleLogger, silentLogger, type Logger } from './observe/log.js';
+import { LeaseEnds } from './observe/lease-ends.js';
 import { OwnerLookup } from './observe/owners.js';
 import { createMetrics } from './observe/metrics.js';
 import type { Metrics } from './observe/metrics.js';
@@ -228,7 +229,8 @@ export function controlEventLog(core: ServeCore): EventLog {
   core.metrics.trackSize('owner-lookups', () => owners.size);
   return new EventLog({
     log: fencedWriteLog(core.logger, core.metrics.logLinesSuppressed),
-    owners: (lock, token) => owners.owner(lock, token),
+    owners: (lock, token, highest) => owners.attribution(lock, token, highest),
+    leaseEnds: new LeaseEnds(),
   });
 }
 
@@ -240,12 +242,17 @@ export async function buildControlPlane(
   extra: Pick<Parameters<typeof buildControl>[0], 'scrape' | 'workers' | 'auth'> = {},
 ): Promise<{ control: FastifyInstance; sample: string | null }> {
   const { config, store, metrics, sequencerKeys } = core;
-  const issuer = new Issuer(store, metrics, {
-    minTtlMs: config.minTtlMs,
-    maxTtlMs: config.maxTtlMs,
-    maxWaitMs: config.maxWaitMs,
-    lockOrder: config.refuseLockOrder ? 'refuse' : 'count',
-  });
+  const issuer = new Issuer(
+    store,
+    metrics,
+    {
+      minTtlMs: config.minTtlMs,
+      maxTtlMs: config.maxTtlMs,
+      maxWaitMs: config.maxWaitMs,
+      lockOrder: config.refuseLockOrder ? 'refuse' : 'count',
+    },
+    events.leaseEnds,
+  );
   let sample: string | null = null;
   if (config.sample) {
     const s = await startSampleUpstream(config.sample);

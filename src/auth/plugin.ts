@@ -27,7 +27,7 @@ export type AccessRule =
    * every key of the body (`keysAllowed`), which this hook cannot see yet (acquire-many).
    */
   | { verb: RouteVerb; on: 'body-keys' }
-  /** /v1/status: `read` or `admin` on any prefix. */
+  /** /v1/status and /v1/upstreams: `read` or `admin` on any prefix. */
   | { status: true };
 
 const KEY_VERBS: Record<string, RouteVerb> = {
@@ -45,6 +45,7 @@ export const ACCESS_RULES: Readonly<Record<string, AccessRule>> = Object.freeze(
   'GET /v1/events': { verb: 'events', on: 'listing' },
   'GET /v1/events/stream': { verb: 'events', on: 'listing' },
   'GET /v1/status': { status: true },
+  'GET /v1/upstreams': { status: true },
   'GET /v1/keys': { endpoint: 'keys' },
   'GET /healthz': { endpoint: 'healthz' },
   'GET /readyz': { endpoint: 'readyz' },

@@ -6,6 +6,7 @@
  * worst state over the workers (src/breakers/cluster-board.ts).
  */
 import type { BreakerState } from './circuit.js';
+import { UpstreamStats, type UpstreamSummary } from './upstream-stats.js';
 
 export type { BreakerState } from './circuit.js';
 
@@ -13,6 +14,8 @@ export type { BreakerState } from './circuit.js';
 export interface BreakerSnapshot {
   store: BreakerState | null;
   upstreams: Record<string, BreakerState>;
+  /** What each upstream answered lately (./upstream-stats.ts); absent from an older worker. */
+  stats?: Record<string, UpstreamSummary>;
 }
 
 type Read = () => BreakerState;
@@ -20,6 +23,8 @@ type Read = () => BreakerState;
 export class BreakerBoard {
   private storeRead: Read | null = null;
   private readonly upstreams = new Map<string, Read>();
+  /** What the upstreams answered lately: the gateway's upstream pool records into it. */
+  readonly stats = new UpstreamStats();
 
   setStore(read: Read): void {
     this.storeRead = read;
@@ -43,11 +48,16 @@ export class BreakerBoard {
     return this.upstreams.get(name)?.() ?? null;
   }
 
-  /** Every breaker's state now: what a worker reports to its primary (src/workers/). */
+  /** Every breaker's state now, and the upstreams' summaries: what a worker reports to its primary (src/workers/). */
   snapshot(): BreakerSnapshot {
     const upstreams: Record<string, BreakerState> = {};
     for (const [name, read] of this.upstreams) upstreams[name] = read();
-    return { store: this.store(), upstreams };
+    return { store: this.store(), upstreams, stats: this.stats.summaries() };
+  }
+
+  /** Each upstream's summary of its recent answers (GET /v1/upstreams); read after refresh(). */
+  upstreamStats(): Record<string, UpstreamSummary> {
+    return this.stats.summaries();
   }
 
   /**

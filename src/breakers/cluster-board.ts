@@ -5,6 +5,7 @@
  */
 import type { Worker } from 'node:cluster';
 import { BreakerBoard, type BreakerSnapshot, type BreakerState } from './board.js';
+import { mergeSummaries, type UpstreamSummary } from './upstream-stats.js';
 
 const RANK: Record<BreakerState, number> = { closed: 0, half_open: 1, open: 2 };
 
@@ -24,7 +25,7 @@ export function worstBreakers(snapshots: readonly BreakerSnapshot[]): BreakerSna
       upstreams[name] = worse(upstreams[name], state) ?? state;
     }
   }
-  return { store, upstreams };
+  return { store, upstreams, stats: mergeSummaries(snapshots.map((s) => s.stats ?? {})) };
 }
 
 export class ClusterBreakers extends BreakerBoard {
@@ -47,6 +48,10 @@ export class ClusterBreakers extends BreakerBoard {
 
   override snapshot(): BreakerSnapshot {
     return this.current;
+  }
+
+  override upstreamStats(): Record<string, UpstreamSummary> {
+    return this.current.stats ?? {};
   }
 
   override async refresh(): Promise<void> {

@@ -193,7 +193,7 @@ function baseApp(
  * Scrapes and the dashboard's status poll: at debug unless they fail (5xx).
  */
 const PROBE_PATHS = new Set(['/healthz', '/readyz']);
-const QUIET_PATHS = new Set(['/metrics', '/v1/status']);
+const QUIET_PATHS = new Set(['/metrics', '/v1/status', '/v1/upstreams']);
 
 /** The control listener's access log: a line per request, probes and scrapes at debug. */
 class ControlLogController extends LogController {

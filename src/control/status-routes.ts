@@ -2,12 +2,15 @@
  * GET /v1/status: what the dashboard's health panel shows, in one small JSON: the
  * store's health (as /readyz judges it) and its circuit breaker, each upstream with its
  * kind and breaker state, the routes in force, and the event counters. docs/events.md.
+ * GET /v1/upstreams: each upstream's breaker beside what it answered over the last five
+ * minutes (requests, errors, latency, the last error): the dashboard's upstream panel.
  */
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type { PolicyHolder } from '../policy/index.js';
 import type { Store, StoreHealth } from '../store/types.js';
 import type { BreakerBoard } from '../breakers/board.js';
+import { WINDOW_MS } from '../breakers/upstream-stats.js';
 import { VERSION } from '../version.js';
 import type { EventLog } from '../observe/events.js';
 
@@ -70,6 +73,32 @@ async function statusRoutes(app: FastifyInstance, opts: StatusRoutesOptions): Pr
       events: { total: opts.events.total, retained: opts.events.retained },
       ...(opts.workers ? { workers: opts.workers() } : {}),
     };
+  });
+
+  app.get('/v1/upstreams', async () => {
+    await opts.breakers?.refresh();
+    const stats = opts.breakers?.upstreamStats() ?? {};
+    const now = Date.now();
+    const upstreams = Object.values(opts.policy?.current.upstreams ?? {}).map((u) => {
+      const s = stats[u.name];
+      return {
+        name: u.name,
+        kind: u.kind,
+        url: u.url,
+        breaker: opts.breakers?.upstream(u.name) ?? null,
+        // postgres upstreams answer as database transactions: nothing is counted for them.
+        counted: u.kind !== 'postgres',
+        requests: s?.requests ?? 0,
+        errors: s?.errors ?? 0,
+        errorRate:
+          s === undefined || s.requests === 0 ? null : Math.round((s.errors / s.requests) * 1000) / 1000,
+        statuses: s?.statuses ?? {},
+        latencyMs: s?.latencyMs ?? { mean: null, p50: null, p99: null },
+        lastError: s?.lastError ?? null,
+        from: s?.from ?? new Date(now - WINDOW_MS).toISOString(),
+      };
+    });
+    return { time: new Date(now).toISOString(), windowS: WINDOW_MS / 1000, upstreams };
   });
 }
 

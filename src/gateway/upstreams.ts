@@ -16,7 +16,7 @@ import { GuardedHandler, type ForwardGuard, type LegacyHandler } from './forward
 import type { BreakerBoard } from '../breakers/board.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { CompiledPolicy, CompiledUpstream } from '../policy/index.js';
-import { isUpstreamFailure } from './upstream-errors.js';
+import { isUpstreamFailure, upstreamProblem } from './upstream-errors.js';
 
 export interface ForwardScope {
   upstream: CompiledUpstream;
@@ -106,6 +106,7 @@ export class UpstreamPool {
       if (!Object.hasOwn(policy.upstreams, name)) {
         this.seeded.delete(name);
         this.metrics.dropBreaker(name);
+        this.board?.stats.drop(name);
       }
     }
   }
@@ -152,9 +153,9 @@ export class UpstreamPool {
     };
     // statusClass: 1–5 for 1xx–5xx, 0 for no answer (fencegate_upstream_request_duration_seconds).
     const answered = (statusCode: number) => {
-      metrics
-        .upstreamTiming(upstream.name, Math.floor(statusCode / 100))
-        .observe((performance.now() - started) / 1000);
+      const ms = performance.now() - started;
+      metrics.upstreamTiming(upstream.name, Math.floor(statusCode / 100)).observe(ms / 1000);
+      this.board?.stats.record(upstream.name, statusCode, ms);
       scope.settled();
     };
     // true = "not a failure": client-side errors never open the upstream's circuit.
@@ -169,10 +170,21 @@ export class UpstreamPool {
         excused,
       )
       .catch((err: Error) => {
-        metrics.upstreamTiming(upstream.name, 0).observe((performance.now() - started) / 1000);
+        const ms = performance.now() - started;
+        metrics.upstreamTiming(upstream.name, 0).observe(ms / 1000);
+        this.noteFailure(upstream.name, err, ms, scope.clientGone());
         scope.settled();
         sink.failed(err);
       });
+  }
+
+  /** A request without an answer, on the board (GET /v1/upstreams): what the client got and why. */
+  private noteFailure(name: string, err: Error, ms: number, clientGone: boolean): void {
+    if (this.board === null || clientGone) return;
+    const problem = upstreamProblem(err, name, 1);
+    // A cut that is the client's doing (a body too slow, too long) is no upstream error.
+    if (problem.status < 500) this.board.stats.record(name, problem.status, ms);
+    else this.board.stats.record(name, 0, ms, { status: problem.status, message: problem.message });
   }
 
   private client(upstream: CompiledUpstream): Client {

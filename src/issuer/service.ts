@@ -6,6 +6,7 @@
  * or a queued waiter's short liveness deadline): never by tight polling.
  */
 import { randomUUID } from 'node:crypto';
+import type { LeaseEnds } from '../observe/lease-ends.js';
 import type { Metrics } from '../observe/metrics.js';
 import { instrumentStore } from '../observe/store-metrics.js';
 import type { FencingToken } from '../tokens.js';
@@ -75,6 +76,8 @@ function storeRequest(input: QueueInput): AcquireRequest {
 interface Grant {
   key: string;
   owner: string;
+  /** The lease's token (decimal), for LeaseEnds. */
+  token: string;
   grantedAt: number;
   /** When the lease lapses unless renewed (grant or last renewal through this issuer + TTL). */
   expiresAt: number;
@@ -122,8 +125,16 @@ export class Issuer {
     store: Store,
     private readonly metrics: Metrics,
     readonly limits: IssuerLimits = DEFAULT_LIMITS,
+    /** Where the ends of the leases this issuer granted are noted (the event log's `leaseEndedAt`). */
+    private readonly leaseEnds: LeaseEnds | null = null,
   ) {
     this.store = instrumentStore(store, metrics);
+    leaseEnds?.watchLive((key, token) => {
+      const grant = this.grants.get(this.grantOfKey.get(key) ?? '');
+      return grant !== undefined && grant.token === token && grant.expiresAt <= Date.now()
+        ? grant.expiresAt
+        : null;
+    });
     this.untrack = metrics.trackSize('issuer-grants', () => this.grants.size);
     this.sweeper = setInterval(() => this.sweepLapsed(Date.now()), HOLD_SWEEP_MS);
     this.sweeper.unref();
@@ -376,7 +387,13 @@ export class Issuer {
     const previous = this.grantOfKey.get(lease.key);
     if (previous !== undefined) this.endGrant(previous, 'expired', now);
     const id = grantId(lease.key, lease.leaseId);
-    const grant: Grant = { key: lease.key, owner: lease.owner, grantedAt: now, expiresAt: now + lease.ttlMs };
+    const grant: Grant = {
+      key: lease.key,
+      owner: lease.owner,
+      token: lease.token.toString(10),
+      grantedAt: now,
+      expiresAt: now + lease.ttlMs,
+    };
     this.grants.set(id, grant);
     this.grantOfKey.set(lease.key, id);
     this.holds.add(lease.owner, id, grant);
@@ -391,6 +408,7 @@ export class Issuer {
     if (grant === undefined) return;
     this.forget(id, grant);
     const until = end === 'released' ? now : Math.min(now, grant.expiresAt);
+    this.leaseEnds?.note(grant.key, grant.token, until);
     this.metrics.holdSeconds.observe({ end }, Math.max(0, until - grant.grantedAt) / 1000);
   }
 

@@ -8,10 +8,17 @@
  * fields, writing them cost a refusal about 1 µs (docs/adr/0013-stale-write-cache.md,
  * addenda 3 and 5). Events are made into objects when read.
  */
-import type { EventInput, FenceEvent } from './event-types.js';
+import type { Attribution, EventInput, FenceEvent } from './event-types.js';
+
+/** What the log adds to an event after the refusal: its owner, its attribution (owners.ts) and when its lease ended. */
+export interface Extra {
+  owner: string | null;
+  attribution: Attribution | null;
+  leaseEndedAt: string | null;
+}
 
 /** Every field of an event but its id and time; never changed once made (events share it). */
-type Body = Readonly<Omit<FenceEvent, 'id' | 'time'>>;
+type Body = Readonly<Omit<FenceEvent, 'id' | 'time' | 'behind' | 'holder' | 'leaseEndedAt'> & Extra>;
 
 /** Locks whose last body is kept for the next event to share. */
 const BODIES_KEPT = 1024;
@@ -34,7 +41,7 @@ export class EventRing {
   }
 
   /** Keeps `input` with `owner` as event `id` (one more than the last), the oldest going when full. */
-  push(id: number, input: EventInput, owner: string | null): void {
+  push(id: number, input: EventInput, extra: Extra): void {
     let slot: number;
     if (this.size < this.capacity) {
       slot = (this.start + this.size) % this.capacity;
@@ -45,7 +52,7 @@ export class EventRing {
     }
     this.lastId = id;
     this.cells[slot * 2] = input.time;
-    this.cells[slot * 2 + 1] = this.bodyOf(input, owner);
+    this.cells[slot * 2 + 1] = this.bodyOf(input, extra);
   }
 
   /** The id of event `i` (0: the oldest kept). */
@@ -57,11 +64,11 @@ export class EventRing {
   at(i: number): FenceEvent {
     const k = ((this.start + i) % this.capacity) * 2;
     const body = this.cells[k + 1] as Body;
-    return fenceEvent(this.idAt(i), this.cells[k] as string, body, body.owner);
+    return fenceEvent(this.idAt(i), this.cells[k] as string, body, body);
   }
 
   /** The body of `input`: its lock's last one when every field matches, else a new one. */
-  private bodyOf(input: EventInput, owner: string | null): Body {
+  private bodyOf(input: EventInput, extra: Extra): Body {
     const last = this.bodies.get(input.lock);
     if (
       last !== undefined &&
@@ -72,7 +79,9 @@ export class EventRing {
       last.highest === input.highest &&
       last.enforced === input.enforced &&
       last.client === input.client &&
-      last.owner === owner &&
+      last.owner === extra.owner &&
+      last.attribution === extra.attribution &&
+      last.leaseEndedAt === extra.leaseEndedAt &&
       last.method === input.method &&
       last.path === input.path &&
       last.worker === input.worker &&
@@ -89,7 +98,9 @@ export class EventRing {
       highest: input.highest,
       enforced: input.enforced,
       client: input.client,
-      owner,
+      owner: extra.owner,
+      attribution: extra.attribution,
+      leaseEndedAt: extra.leaseEndedAt,
       method: input.method,
       path: input.path,
       worker: input.worker,
@@ -105,12 +116,12 @@ export class EventRing {
   }
 }
 
-/** An event as its readers get it, made of `fields` (the owner aside): a new object, `worker` and `heldKey` only when set. */
+/** An event as its readers get it, made of `fields` and `extra`: a new object, optional fields only when set. */
 export function fenceEvent(
   id: number,
   time: string,
-  fields: Omit<FenceEvent, 'id' | 'time' | 'owner'>,
-  owner: string | null,
+  fields: Omit<FenceEvent, 'id' | 'time' | 'owner' | 'behind' | 'holder' | 'leaseEndedAt'>,
+  extra: Extra,
 ): FenceEvent {
   const event: FenceEvent = {
     id,
@@ -123,11 +134,15 @@ export function fenceEvent(
     highest: fields.highest,
     enforced: fields.enforced,
     client: fields.client,
-    owner,
+    owner: extra.owner,
     method: fields.method,
     path: fields.path,
   };
   if (fields.worker !== undefined) event.worker = fields.worker;
   if (fields.heldKey !== undefined) event.heldKey = fields.heldKey;
+  const a = extra.attribution;
+  if (a?.behind) event.behind = { grants: a.behind.grants, exact: a.behind.exact };
+  if (a?.holder) event.holder = { owner: a.holder.owner, token: a.holder.token };
+  if (extra.leaseEndedAt !== null) event.leaseEndedAt = extra.leaseEndedAt;
   return event;
 }

@@ -51,6 +51,33 @@ export interface FenceEvent {
   heldKey?: string;
   /** With serve --workers: the worker (1…N) whose gateway decided it; absent otherwise. */
   worker?: number;
+  /**
+   * How many grants of the lock came after `token`, from the store's record of its last 16
+   * grants: exact when the record holds `token`, else (older than the record) at least
+   * `grants`. Absent when not known (docs/events.md).
+   */
+  behind?: GrantsBehind;
+  /** The lock's newest grant when the event was recorded (its owner and token); absent when not known. */
+  holder?: GrantHolder;
+  /** When the lease of `token` ended (released, lapsed or replaced), as this process's issuer saw it; absent when not known. */
+  leaseEndedAt?: string;
 }
 
-export type EventInput = Omit<FenceEvent, 'id'>;
+export interface GrantsBehind {
+  grants: number;
+  exact: boolean;
+}
+
+export interface GrantHolder {
+  owner: string;
+  token: string;
+}
+
+/** What the event log learns of a refused token after the refusal (owners.ts): shared, never changed. */
+export interface Attribution {
+  owner: string | null;
+  behind: GrantsBehind | null;
+  holder: GrantHolder | null;
+}
+
+export type EventInput = Omit<FenceEvent, 'id' | 'behind' | 'holder' | 'leaseEndedAt'>;

@@ -9,21 +9,29 @@
  * token is looked up after the decision (`owners`), never on the admission path: such an
  * event is recorded (and gets its id) when the lookup answers, or fails, or times out.
  */
-import { EventRing, fenceEvent } from './event-ring.js';
-import type { EventInput, EventReason, EventType, FenceEvent } from './event-types.js';
+import { EventRing, fenceEvent, type Extra } from './event-ring.js';
+import type { Attribution, EventInput, EventReason, EventType, FenceEvent } from './event-types.js';
+import type { LeaseEnds } from './lease-ends.js';
 
 export {
   ALL_REASONS,
   EVENT_REASONS,
   EVENT_TYPES,
+  type Attribution,
   type EventInput,
   type EventReason,
   type EventType,
   type FenceEvent,
 } from './event-types.js';
 
-/** The owner at once when it is known (or known to be unknown for now), else a promise of it. */
-export type OwnerLookupFn = (lock: string, token: string) => string | null | Promise<string | null>;
+/** What is known of a token: its owner alone, or its attribution (owners.ts). */
+export type Looked = string | Attribution | null;
+
+/**
+ * The owner (or the attribution) of a token at once when it is known (or known to be
+ * unknown for now), else a promise of it. `highest`: the event's highest admitted token.
+ */
+export type OwnerLookupFn = (lock: string, token: string, highest: string | null) => Looked | Promise<Looked>;
 
 export interface EventLogOptions {
   /** Events kept for GET /v1/events and SSE resumption. Default 10,000. */
@@ -35,6 +43,8 @@ export interface EventLogOptions {
   owners?: OwnerLookupFn;
   /** Events waiting for an owner lookup at most; past it they are recorded with owner null. */
   maxAwaitingOwner?: number;
+  /** When leases ended (the issuer's): an event's `leaseEndedAt`. */
+  leaseEnds?: LeaseEnds;
 }
 
 export interface EventFilter {
@@ -64,7 +74,7 @@ export function matches(e: FenceEvent, f: EventFilter): boolean {
 /** An event waiting for its owner lookup, or behind one that is. */
 interface Waiting {
   input: EventInput;
-  owner: string | null;
+  owner: Looked;
   /** The owner is known (or will not be): it may be appended once those before it are. */
   settled: boolean;
 }
@@ -77,6 +87,8 @@ export class EventLog {
   private readonly log: EventLogOptions['log'];
   private readonly owners: OwnerLookupFn | undefined;
   private readonly maxAwaitingOwner: number;
+  /** When leases ended (the issuer of this process feeds it); null: not known. */
+  readonly leaseEnds: LeaseEnds | null;
   /** Events behind a pending owner lookup, oldest first. */
   private readonly waiting: Waiting[] = [];
   private windowStart = 0;
@@ -91,6 +103,7 @@ export class EventLog {
     this.log = options.log;
     this.owners = options.owners;
     this.maxAwaitingOwner = options.maxAwaitingOwner ?? 10_000;
+    this.leaseEnds = options.leaseEnds ?? null;
   }
 
   /**
@@ -104,7 +117,7 @@ export class EventLog {
     const lookup = this.owners;
     const found =
       lookup !== undefined && input.owner === null && input.token !== null && input.lock !== ''
-        ? lookup(input.lock, input.token)
+        ? lookup(input.lock, input.token, input.highest)
         : null;
     if (!(found instanceof Promise)) {
       // Known already (a flood of refusals mostly repeats tokens): no promise per event.
@@ -144,8 +157,11 @@ export class EventLog {
     if (n > 0) w.splice(0, n);
   }
 
-  private appendOwned(input: EventInput, owner: string | null): void {
-    this.append(input, owner ?? input.owner);
+  private appendOwned(input: EventInput, looked: Looked): void {
+    const attribution = typeof looked === 'string' || looked === null ? null : looked;
+    const owner = typeof looked === 'string' ? looked : (attribution?.owner ?? null);
+    const ended = input.token === null ? null : (this.leaseEnds?.endedIso(input.lock, input.token) ?? null);
+    this.append(input, { owner: owner ?? input.owner, attribution, leaseEndedAt: ended });
   }
 
   /** Most recent first, at most `limit`, matching `filter`. */
@@ -192,12 +208,12 @@ export class EventLog {
   }
 
   /** Appends the event; as an object only for subscribers and the log (a flood's events are neither). */
-  private append(input: EventInput, owner: string | null): void {
+  private append(input: EventInput, extra: Extra): void {
     const id = (this.total += 1);
-    this.ring.push(id, input, owner);
+    this.ring.push(id, input, extra);
     const logged = this.log !== undefined && this.logSlot();
     if (this.listeners.size === 0 && !logged) return;
-    const event = fenceEvent(id, input.time, input, owner);
+    const event = fenceEvent(id, input.time, input, extra);
     for (const l of this.listeners) l(event);
     if (logged) this.log?.(event);
   }

@@ -10,6 +10,7 @@
  * - at most `maxLocks` locks cached (least recently used dropped first).
  */
 import type { GrantRecord } from '../store/types.js';
+import type { Attribution } from './event-types.js';
 
 export interface GrantSource {
   recentGrants(key: string): Promise<GrantRecord[]>;
@@ -27,6 +28,13 @@ interface Cached {
   /** performance.now() of the read. */
   at: number;
   owners: Map<string, string>;
+  /** The record's grants, newest (highest token) first. */
+  grants: { token: bigint; owner: string }[];
+  /** Attributions made from this record, by token: one shared object per token. */
+  attributions: Map<string, Attribution>;
+  /** The last `highest` compared with the record's newest grant, and whether it was newer. */
+  lastHighest: string | null;
+  highestNewer: boolean;
 }
 
 export class OwnerLookup {
@@ -70,6 +78,26 @@ export class OwnerLookup {
     return this.read(lock).then((fresh) => fresh?.owners.get(token) ?? null);
   }
 
+  /**
+   * What the record of `lock`'s recent grants says of `token`: its owner, how many grants
+   * came after it, and the newest grant (docs/events.md). At once from the cache, else a
+   * promise once read. A cached record older than `highest` (a grant since it was read) is
+   * read again, at most once per `refreshMs`. Never rejects.
+   */
+  attribution(
+    lock: string,
+    token: string,
+    highest: string | null,
+  ): Attribution | null | Promise<Attribution | null> {
+    const cached = this.cache.get(lock);
+    if (cached !== undefined) {
+      const fresh = performance.now() - cached.at < this.refreshMs;
+      const behindHighest = highest !== null && newerThanRecord(cached, highest);
+      if (fresh || (cached.owners.has(token) && !behindHighest)) return attributionOf(cached, token);
+    }
+    return this.read(lock).then((entry) => (entry === null ? null : attributionOf(entry, token)));
+  }
+
   private read(lock: string): Promise<Cached | null> {
     const pending = this.reading.get(lock);
     if (pending !== undefined) return pending;
@@ -99,6 +127,12 @@ export class OwnerLookup {
     const entry: Cached = {
       at: performance.now(),
       owners: new Map(result.map((g) => [g.token.toString(10), g.owner])),
+      grants: result
+        .map((g) => ({ token: g.token, owner: g.owner }))
+        .sort((a, b) => (a.token < b.token ? 1 : -1)),
+      attributions: new Map(),
+      lastHighest: null,
+      highestNewer: false,
     };
     this.cache.delete(lock);
     this.cache.set(lock, entry);
@@ -122,4 +156,44 @@ export class OwnerLookup {
     if (next !== undefined) next();
     else this.active -= 1;
   }
+}
+
+/** Whether `highest` (decimal) is above the record's newest grant (a grant the record does not hold yet). */
+function newerThanRecord(entry: Cached, highest: string): boolean {
+  if (entry.lastHighest !== highest) {
+    let newer: boolean;
+    try {
+      newer = BigInt(highest) > (entry.grants[0]?.token ?? -1n);
+    } catch {
+      newer = false;
+    }
+    entry.lastHighest = highest;
+    entry.highestNewer = newer;
+  }
+  return entry.highestNewer;
+}
+
+/** The attribution of `token` by one record (made once per token and record, then shared). */
+function attributionOf(entry: Cached, token: string): Attribution {
+  let made = entry.attributions.get(token);
+  if (made !== undefined) return made;
+  const owner = entry.owners.get(token) ?? null;
+  const newest = entry.grants[0];
+  let presented: bigint | null;
+  try {
+    presented = BigInt(token);
+  } catch {
+    presented = null;
+  }
+  const after = presented === null ? 0 : entry.grants.filter((g) => g.token > presented).length;
+  // A token the record does not hold: older than all of it (at least that many grants
+  // behind), or never issued (among or above the record: nothing to count).
+  const older = owner === null && presented !== null && after === entry.grants.length && after > 0;
+  made = {
+    owner,
+    behind: owner !== null ? { grants: after, exact: true } : older ? { grants: after, exact: false } : null,
+    holder: newest === undefined ? null : { owner: newest.owner, token: newest.token.toString(10) },
+  };
+  if (entry.attributions.size < 64) entry.attributions.set(token, made);
+  return made;
 }

@@ -4,9 +4,11 @@
  * sample upstream behind a fenced route. Stale writes made through the gateway must
  * show on the open page (chart and feed) within two seconds, without a reload; the lock
  * table shows the holder; a filter narrows the feed. The screenshot is saved as
- * test-artifacts/dashboard.png (docs/dashboard.png is a copy of one).
+ * test-artifacts/dashboard.png (docs/dashboard.png is made by `npm run docs:screenshots`).
  */
 import { mkdirSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { chromium, type Browser, type Page } from 'playwright-core';
@@ -14,15 +16,19 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort, ROOT, startFencegate, tempDir, type FencegateProcess } from '../helpers/procs.js';
 import { deleteRedisPrefix, REDIS_URL, uniqueName } from '../helpers/stores.js';
 import { sleep } from '../helpers/wait.js';
+import { violation } from '../helpers/openapi.js';
 
 // The functions passed to waitForFunction run in the page; this is the little of the DOM
 // they use (the project's TypeScript has no DOM library).
 interface PageElement {
   textContent: string | null;
+  value: string;
+  getBoundingClientRect(): { width: number };
   children: ArrayLike<PageElement> & Iterable<PageElement>;
   getAttribute(name: string): string | null;
 }
 declare const document: {
+  documentElement: { scrollWidth: number; clientWidth: number };
   getElementById(id: string): PageElement | null;
   querySelector(selector: string): PageElement | null;
   querySelectorAll(selector: string): ArrayLike<PageElement> & Iterable<PageElement>;
@@ -40,6 +46,8 @@ describe('the dashboard in headless Chromium', () => {
   let browser: Browser;
   let page: Page;
   let dir: string;
+  /** The ledger upstream: answers 502 to every request, and never answers /ledger/slow (504 past its timeout). */
+  let ledger: Server;
   const namespace = uniqueName('fgdash');
   const problems: string[] = [];
 
@@ -73,6 +81,14 @@ describe('the dashboard in headless Chromium', () => {
   beforeAll(async () => {
     dir = await tempDir('fg-dashboard-');
     const samplePort = await freePort();
+    const deadPort = await freePort(); // nothing listens there: connection refused
+    ledger = createServer((req, res) => {
+      req.resume();
+      if (req.url?.startsWith('/ledger/slow')) return; // never answered
+      res.writeHead(502, { 'content-type': 'text/plain' }).end('ledger database down');
+    });
+    await new Promise<void>((r) => ledger.listen(0, '127.0.0.1', r));
+    const ledgerPort = (ledger.address() as AddressInfo).port;
     const policy = join(dir, 'orders.yaml');
     await writeFile(
       policy,
@@ -82,6 +98,13 @@ describe('the dashboard in headless Chromium', () => {
         '  orders:',
         '    kind: http',
         `    url: http://127.0.0.1:${samplePort}`,
+        '  ledger:',
+        '    kind: http',
+        `    url: http://127.0.0.1:${ledgerPort}`,
+        '    timeoutMs: 300',
+        '  archive:',
+        '    kind: http',
+        `    url: http://127.0.0.1:${deadPort}`,
         'routes:',
         '  - name: order-writes',
         '    methods: [PUT, POST, DELETE]',
@@ -92,6 +115,14 @@ describe('the dashboard in headless Chromium', () => {
         '    methods: [GET]',
         '    path: /orders/*',
         '    upstream: orders',
+        '  - name: ledger-reads',
+        '    methods: [GET]',
+        '    path: /ledger/*',
+        '    upstream: ledger',
+        '  - name: archive-reads',
+        '    methods: [GET]',
+        '    path: /archive/*',
+        '    upstream: archive',
         '',
       ].join('\n'),
     );
@@ -114,6 +145,8 @@ describe('the dashboard in headless Chromium', () => {
   afterAll(async () => {
     await browser?.close();
     await fg?.stop();
+    ledger?.closeAllConnections();
+    await new Promise((r) => ledger?.close(r));
     await rm(dir, { recursive: true, force: true });
     await deleteRedisPrefix(REDIS_URL, namespace);
   });
@@ -139,7 +172,7 @@ describe('the dashboard in headless Chromium', () => {
     expect(await write('8', carol.token)).toBe(409);
 
     // On the page within two seconds, without a reload: four stale writes in the feed
-    // (with the owner of the presented token) and in the chart.
+    // (with the owner of the presented token; alice's three, a burst, on one row) and in the chart.
     await page.waitForFunction(
       ({ aliceToken }) => {
         const rows = [...document.querySelectorAll('#feed tbody tr')].map((tr) =>
@@ -151,8 +184,9 @@ describe('the dashboard in headless Chromium', () => {
           0,
         );
         return (
-          stale.length >= 4 &&
-          stale.some((r) => r[5] === 'order:7' && r[6] === aliceToken && r[8] === 'alice') &&
+          stale.length === 2 &&
+          stale.reduce((n, r) => n + Number(r[2]?.slice(1)), 0) === 4 &&
+          stale.some((r) => r[5] === 'order:7' && r[2] === '×3' && r[6] === aliceToken && r[8] === 'alice') &&
           stale.some((r) => r[5] === 'order:8' && r[8] === 'carol') &&
           chart >= 4 &&
           document.getElementById('chart-total')?.textContent === '4'
@@ -163,6 +197,63 @@ describe('the dashboard in headless Chromium', () => {
     );
     const topLocks = await page.locator('#top-locks tbody tr').allTextContents();
     expect(topLocks[0]).toContain('order:7');
+
+    // How stale each refused write was, and who holds the lock now: alice's token is one
+    // grant behind bob's, her lease lapsed before bob took over, and bob holds order:7.
+    await page.waitForFunction(
+      ({ bobToken, daveToken }) => {
+        const rows = [...document.querySelectorAll('#feed tbody tr')].map((tr) =>
+          [...tr.children].map((td) => td.textContent ?? ''),
+        );
+        const seven = rows.find((r) => r[3] === 'stale' && r[5] === 'order:7');
+        const eight = rows.find((r) => r[3] === 'stale' && r[5] === 'order:8');
+        const behind = /^1 grant behind · lease ended (just now|\d+ s ago)$/;
+        return (
+          seven !== undefined &&
+          eight !== undefined &&
+          behind.test(seven[7] ?? '') &&
+          behind.test(eight[7] ?? '') &&
+          seven[9] === `bob · ${bobToken}` &&
+          eight[9] === `dave · ${daveToken}` &&
+          /^\d{4}-\d{2}-\d{2} /.test(seven[10] ?? '') && // the burst's first time
+          eight[10] === '–'
+        );
+      },
+      { bobToken: bob.token, daveToken: dave.token },
+      { timeout: 5000 },
+    );
+    // The events say it too (docs/events.md), as the OpenAPI document describes them.
+    const evRes = await fetch(`${fg.control}/v1/events?reason=stale&lock=order:7&limit=1`);
+    const evBody = await evRes.text();
+    expect(violation('GET', '/v1/events', evRes.status, 'application/json', evBody)).toBeNull();
+    const [ev] = (JSON.parse(evBody) as { events: Record<string, unknown>[] }).events;
+    expect(ev).toMatchObject({
+      owner: 'alice',
+      behind: { grants: 1, exact: true },
+      holder: { owner: 'bob', token: bob.token },
+    });
+    expect(Date.parse(String(ev?.leaseEndedAt))).toBeLessThanOrEqual(Date.parse(String(ev?.time)));
+
+    // Totals agree: the chart's, by route's and by lock's are the same four fenced writes.
+    const totals = await page.evaluate(() => {
+      const sum = (id: string) =>
+        [...document.querySelectorAll(`#${id} tbody tr`)]
+          .filter((tr) => tr.children[0]?.textContent !== 'total')
+          .reduce((n, tr) => n + Number(tr.children[1]?.textContent), 0);
+      const total = (id: string) =>
+        [...document.querySelectorAll(`#${id} tbody tr`)].find(
+          (tr) => tr.children[0]?.textContent === 'total',
+        )?.children[1]?.textContent;
+      return [
+        sum('top-routes'),
+        sum('top-locks'),
+        Number(total('top-routes')),
+        Number(total('top-locks')),
+        Number(document.getElementById('chart-total')?.textContent),
+      ];
+    });
+    expect(totals).toEqual([4, 4, 4, 4, 4]);
+    expect(await page.locator('#view-window').textContent()).toBe('last 15 min');
 
     // The lock table: bob holds order:7 with his token, and the highest admitted is his.
     await page.waitForFunction(
@@ -425,4 +516,133 @@ describe('the dashboard in headless Chromium', () => {
     }
     expect(problems).toEqual([]);
   }, 60_000);
+
+  it('shows each upstream’s errors, latency and last error beside its breaker: 502s and 504s, not only fenced writes', async () => {
+    const get = async (path: string) => {
+      const res = await fetch(`${fg.data}${path}`);
+      await res.arrayBuffer();
+      return res.status;
+    };
+    // The ledger answers 502 itself, then times out (504); nothing listens for the archive (502).
+    expect(await get('/ledger/1')).toBe(502);
+    expect(await get('/ledger/2')).toBe(502);
+    expect(await get('/ledger/slow')).toBe(504);
+    expect(await get('/archive/1')).toBe(502);
+    expect(await get('/orders/7')).toBeLessThan(500);
+
+    const res = await fetch(`${fg.control}/v1/upstreams`);
+    const body = await res.text();
+    expect(violation('GET', '/v1/upstreams', res.status, 'application/json', body)).toBeNull();
+    const upstreams = (
+      JSON.parse(body) as { upstreams: { name: string; requests: number; errors: number }[] }
+    ).upstreams;
+    expect(upstreams.find((u) => u.name === 'ledger')).toMatchObject({
+      requests: 3,
+      errors: 3,
+      errorRate: 1,
+      lastError: { status: 504 },
+    });
+    expect(upstreams.find((u) => u.name === 'archive')).toMatchObject({
+      errors: 1,
+      lastError: { status: 502 },
+    });
+    expect(upstreams.find((u) => u.name === 'orders')).toMatchObject({ errors: 0, lastError: null });
+
+    await page.waitForFunction(
+      () => {
+        const rows = [...document.querySelectorAll('#upstreams tbody tr')].map((tr) =>
+          [...tr.children].map((td) => td.textContent ?? ''),
+        );
+        const ledger = rows.find((r) => r[0] === 'ledger (http)');
+        const archive = rows.find((r) => r[0] === 'archive (http)');
+        const orders = rows.find((r) => r[0] === 'orders (http)');
+        return (
+          ledger !== undefined &&
+          ledger[2] === '100 %' &&
+          ledger[3] === '504' &&
+          ledger[4] === '3' &&
+          ledger[5] === '3' &&
+          /^\d+(\.\d)? ms \/ \d+(\.\d)? ms$/.test(ledger[6] ?? '') &&
+          /^\d{4}-\d{2}-\d{2} .* · (just now|\d+ s ago)$/.test(ledger[8] ?? '') &&
+          /did not answer in time/.test(ledger[9] ?? '') &&
+          archive?.[3] === '502' &&
+          /could not be reached \(ECONNREFUSED\)/.test(archive[9] ?? '') &&
+          orders?.[4] === '0' &&
+          orders[3] === 'none' &&
+          /^breaker /.test(orders[1] ?? '')
+        );
+      },
+      null,
+      { timeout: 8000 },
+    );
+    expect(problems).toEqual([]);
+  });
+
+  it('keeps its time window in the URL: a shared ?since=1h opens on the last hour, a change updates the URL', async () => {
+    const shared = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    try {
+      await shared.goto(`${fg.control}/dashboard?since=1h&reason=stale`);
+      await shared.waitForFunction(
+        () => /^last hour, 60 s buckets/.test(document.getElementById('chart-caption')?.textContent ?? ''),
+        null,
+        { timeout: 10_000 },
+      );
+      expect(await shared.locator('#f-since').inputValue()).toBe('1h');
+      expect(await shared.locator('#view-window').textContent()).toBe('last hour');
+      await shared.selectOption('#f-since', '5m');
+      await shared.waitForURL((u) => u.searchParams.get('since') === '5m', { timeout: 5000 });
+      expect(new URL(shared.url()).searchParams.get('reason')).toBe('stale');
+      await shared.waitForFunction(
+        () => /^last 5 min, 5 s buckets/.test(document.getElementById('chart-caption')?.textContent ?? ''),
+        null,
+        { timeout: 5000 },
+      );
+      // `all`: every event the page holds, and the caption says how many that is.
+      await shared.selectOption('#f-since', 'all');
+      await shared.waitForURL((u) => u.searchParams.get('since') === 'all', { timeout: 5000 });
+      await shared.waitForFunction(
+        () => {
+          const held = document.getElementById('buffered')?.textContent;
+          return (
+            document.getElementById('view-window')?.textContent === `all ${held} events held by this page` &&
+            (document.getElementById('chart-caption')?.textContent ?? '').startsWith(`all ${held} events`)
+          );
+        },
+        null,
+        { timeout: 5000 },
+      );
+      // A window the page does not know is not taken: the default stays, and the URL says it.
+      await shared.goto(`${fg.control}/dashboard?since=forever`);
+      await shared.waitForURL((u) => u.searchParams.get('since') === '15m', { timeout: 5000 });
+    } finally {
+      await shared.close();
+    }
+  });
+
+  it('fits a phone (420 px): no sideways scrolling of the page, the chart as wide as the screen nearly', async () => {
+    const phone = await browser.newPage({ viewport: { width: 420, height: 900 } });
+    try {
+      await phone.goto(`${fg.control}/dashboard`);
+      await phone.waitForFunction(
+        () =>
+          document.getElementById('conn')?.textContent === 'live' &&
+          (document.querySelector('#upstreams tbody')?.children.length ?? 0) >= 3 &&
+          (document.querySelector('#feed tbody')?.children.length ?? 0) > 0,
+        null,
+        { timeout: 10_000 },
+      );
+      const layout = await phone.evaluate(() => ({
+        page: document.documentElement.scrollWidth,
+        viewport: document.documentElement.clientWidth,
+        chart: document.getElementById('chart')?.getBoundingClientRect().width ?? 0,
+      }));
+      expect(layout.viewport).toBeLessThanOrEqual(420);
+      expect(layout.page).toBeLessThanOrEqual(layout.viewport);
+      expect(layout.chart).toBeGreaterThanOrEqual(0.8 * layout.viewport);
+      mkdirSync(ARTIFACTS, { recursive: true });
+      await phone.screenshot({ path: join(ARTIFACTS, 'dashboard-phone.png'), fullPage: true });
+    } finally {
+      await phone.close();
+    }
+  });
 });

@@ -1,6 +1,6 @@
 /** The event log's ring: every field of an event comes back as it went in, in order, ids included. */
 import { describe, expect, it } from 'vitest';
-import { EventRing } from '../../src/observe/event-ring.js';
+import { EventRing, type Extra } from '../../src/observe/event-ring.js';
 import type { EventInput } from '../../src/observe/events.js';
 
 const input = (n: number, worker?: number): EventInput => ({
@@ -19,10 +19,13 @@ const input = (n: number, worker?: number): EventInput => ({
   ...(worker === undefined ? {} : { worker }),
 });
 
+const own = (owner: string | null): Extra => ({ owner, attribution: null, leaseEndedAt: null });
+
 describe('EventRing', () => {
   it('gives back every field, the owner and the id of each event kept, the oldest going first when full', () => {
     const ring = new EventRing(3);
-    for (let n = 1; n <= 5; n++) ring.push(n, input(n, n === 5 ? 2 : undefined), n === 4 ? 'worker-a' : null);
+    for (let n = 1; n <= 5; n++)
+      ring.push(n, input(n, n === 5 ? 2 : undefined), own(n === 4 ? 'worker-a' : null));
     expect(ring.size).toBe(3);
     expect([0, 1, 2].map((i) => ring.idAt(i))).toEqual([3, 4, 5]);
     expect(ring.at(0)).toEqual({ id: 3, ...input(3), owner: null });
@@ -53,14 +56,14 @@ describe('EventRing', () => {
     for (const change of changes) events.push([{ ...base, ...change }, null], [base, null]);
     events.push([base, 'someone'], [base, null]);
     const ring = new EventRing(events.length);
-    events.forEach(([e, owner], n) => ring.push(n + 1, e, owner));
+    events.forEach(([e, owner], n) => ring.push(n + 1, e, own(owner)));
     events.forEach(([e, owner], n) => expect(ring.at(n)).toEqual({ id: n + 1, ...e, owner }));
   });
 
   it('keeps events in order before it is full', () => {
     const ring = new EventRing(10);
-    ring.push(1, input(1), null);
-    ring.push(2, input(2), null);
+    ring.push(1, input(1), own(null));
+    ring.push(2, input(2), own(null));
     expect([ring.size, ring.idAt(0), ring.at(1).lock]).toEqual([2, 1, 'lock:2']);
   });
 });

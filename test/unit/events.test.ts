@@ -166,6 +166,41 @@ describe('OwnerLookup', () => {
     expect(src.reads).toBe(1);
   });
 
+  it('says how many grants came after a token, and the newest grant, from the record of recent grants', async () => {
+    const src = new Source();
+    src.grants.set('order:1', [
+      { token: 44n, owner: 'dave' },
+      { token: 43n, owner: 'carol' },
+      { token: 42n, owner: 'bob' },
+      { token: 41n, owner: 'alice' },
+    ]);
+    const lookup = new OwnerLookup(src, { refreshMs: 0 });
+    const holder = { owner: 'dave', token: '44' };
+    expect(await lookup.attribution('order:1', '41', '44')).toEqual({
+      owner: 'alice',
+      behind: { grants: 3, exact: true },
+      holder,
+    });
+    expect(await lookup.attribution('order:1', '44', '44')).toMatchObject({
+      behind: { grants: 0, exact: true },
+    });
+    // Older than the record: at least as many grants as it holds. Never issued: nothing to count.
+    expect(await lookup.attribution('order:1', '7', '44')).toEqual({
+      owner: null,
+      behind: { grants: 4, exact: false },
+      holder,
+    });
+    expect(await lookup.attribution('order:1', '99', '44')).toEqual({ owner: null, behind: null, holder });
+    // A grant after the record was read (the event's highest is above it): read again.
+    src.grants.get('order:1')?.unshift({ token: 45n, owner: 'erin' });
+    const reads = src.reads;
+    expect(await lookup.attribution('order:1', '41', '45')).toMatchObject({
+      behind: { grants: 4, exact: true },
+      holder: { owner: 'erin', token: '45' },
+    });
+    expect(src.reads).toBe(reads + 1);
+  });
+
   it('answers null when the store fails or is slow, and reads again later', async () => {
     const src = new Source();
     src.fail = true;

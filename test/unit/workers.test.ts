@@ -7,6 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { ConfigError, DEFAULTS, resolveConfig } from '../../src/config.js';
 import { createMetrics } from '../../src/observe/metrics.js';
 import { worstBreakers } from '../../src/breakers/cluster-board.js';
+import { UpstreamStats } from '../../src/breakers/upstream-stats.js';
 import { aggregateMetrics, retire, type MetricsSnapshot } from '../../src/workers/metrics.js';
 import { workerCount } from '../../src/workers/plan.js';
 
@@ -98,7 +99,22 @@ describe('serve --workers: breakers in /v1/status', () => {
         { store: 'half_open', upstreams: { a: 'open', c: 'closed' } },
         { store: null, upstreams: { b: 'closed' } },
       ]),
-    ).toEqual({ store: 'half_open', upstreams: { a: 'open', b: 'half_open', c: 'closed' } });
-    expect(worstBreakers([])).toEqual({ store: null, upstreams: {} });
+    ).toEqual({ store: 'half_open', upstreams: { a: 'open', b: 'half_open', c: 'closed' }, stats: {} });
+    expect(worstBreakers([])).toEqual({ store: null, upstreams: {}, stats: {} });
+    // The upstreams' recent answers (GET /v1/upstreams): each worker's added up.
+    const one = new UpstreamStats();
+    const two = new UpstreamStats();
+    one.record('a', 200, 4);
+    two.record('a', 0, 8, { status: 504, message: 'late' });
+    const merged = worstBreakers([
+      { store: null, upstreams: { a: 'closed' }, stats: one.summaries() },
+      { store: null, upstreams: { a: 'closed' }, stats: two.summaries() },
+    ]);
+    expect(merged.stats?.['a']).toMatchObject({
+      requests: 2,
+      errors: 1,
+      latencyMs: { mean: 6, p99: 8 },
+      lastError: { status: 504 },
+    });
   });
 });

@@ -15,7 +15,17 @@
   const MAX_EVENTS = 10000;
   const FEED_ROWS = 200;
   const BUCKETS = 60;
-  const BUCKET_MS = 5000;
+  /** The time windows the page offers (?since=…), in ms; `all`: every event the page holds. */
+  const WINDOWS = { '5m': 300000, '15m': 900000, '1h': 3600000, '6h': 21600000, '24h': 86400000, all: null };
+  const DEFAULT_WINDOW = '15m';
+  /** Identical events (type, reason, route, lock, token) at most this far apart share a feed row. */
+  const BURST_MS = 10000;
+  /** How often a lock's holder shown in the feed is asked again (GET /v1/locks/{key}), and how many at once. */
+  const HOLDER_EVERY_MS = 3000;
+  const HOLDER_LOOKUPS = 12;
+  const UPSTREAMS_EVERY_MS = 3000;
+  const TOPS = 8;
+  const REDRAW_MS = 5000;
   const SERIES = 6;
   const RENDER_MS = 250;
   const LOCKS_PAGE = 50;
@@ -134,15 +144,16 @@
       lock: $('f-lock').value.trim(),
       reason: $('f-reason').value,
       group: $('f-group').value,
+      since: $('f-since').value,
     };
   }
 
   /**
-   * The filters live in the page's URL (?route=…&lock=…&reason=…&group=lock), so a view
+   * The filters live in the page's URL (?route=…&lock=…&reason=…&group=lock&since=1h), so a view
    * pasted into an incident channel opens as it was. A route named in the URL is chosen
    * once the routes are known (the list comes with the first status).
    */
-  const FILTER_KEYS = ['route', 'lock', 'reason', 'group'];
+  const FILTER_KEYS = ['route', 'lock', 'reason', 'group', 'since'];
   let routeFromUrl = null;
 
   function filtersFromUrl() {
@@ -150,13 +161,19 @@
     if (q.get('lock') !== null) $('f-lock').value = q.get('lock');
     if (REASONS.includes(q.get('reason'))) $('f-reason').value = q.get('reason');
     if (q.get('group') === 'lock') $('f-group').value = 'lock';
+    if (Object.hasOwn(WINDOWS, q.get('since') ?? '')) $('f-since').value = q.get('since');
     routeFromUrl = q.get('route');
   }
 
   function filtersToUrl(f) {
     const q = new URLSearchParams(location.search);
     for (const k of FILTER_KEYS) q.delete(k);
-    const wanted = { ...f, route: f.route || routeFromUrl || '', group: f.group === 'route' ? '' : f.group };
+    const wanted = {
+      ...f,
+      route: f.route || routeFromUrl || '',
+      group: f.group === 'route' ? '' : f.group,
+      since: f.since || DEFAULT_WINDOW, // always: a shared link carries its window
+    };
     for (const k of FILTER_KEYS) if (wanted[k]) q.set(k, wanted[k]);
     const search = q.toString();
     const url = `${location.pathname}${search ? `?${search}` : ''}`;
@@ -184,17 +201,46 @@
     }, RENDER_MS);
   }
 
+  /**
+   * The window in view: [start, end) in ms, its bucket width and its name. `all` spans the
+   * events the page holds (at least 5 minutes). Every count on the page (chart, by route,
+   * by lock, feed) is of the events in this window that match the filters: one set.
+   */
+  function viewWindow(since) {
+    const now = Date.now();
+    let span = WINDOWS[since] ?? null;
+    if (span === null) {
+      const oldest = events.length > 0 ? Date.parse(events[0].time) : now;
+      span = Math.max(WINDOWS['5m'], now - oldest + 1000);
+    }
+    const bucketMs = Math.max(1000, Math.ceil(span / BUCKETS / 1000) * 1000);
+    const end = Math.ceil(now / bucketMs) * bucketMs;
+    const name = since === 'all' ? `all ${events.length} events held by this page` : windowName(since);
+    return { start: end - BUCKETS * bucketMs, end, bucketMs, name };
+  }
+
+  function windowName(since) {
+    return $('f-since').selectedOptions[0]?.textContent ?? since;
+  }
+
   function render() {
     if (events.length > MAX_EVENTS) events = events.slice(events.length - MAX_EVENTS);
     const f = filters();
     filtersToUrl(f);
-    const shown = events.filter((e) => matches(e, f));
+    const w = viewWindow(f.since);
+    const shown = events.filter((e) => {
+      if (!matches(e, f)) return false;
+      return Date.parse(e.time) >= w.start; // one a little ahead of this clock goes in the last bucket
+    });
     $('total').textContent = String(total);
     $('buffered').textContent = String(events.length);
+    $('view-window').textContent = w.name;
+    $('view-events').textContent = String(shown.length);
     renderFeed(shown);
     renderChart(
       shown.filter((e) => WRITE_TYPES.includes(e.type)),
       f.group,
+      w,
     );
   }
 
@@ -222,31 +268,132 @@
     return `${Math.round(s / 3600)} h ago`;
   }
 
-  function renderFeed(shown) {
-    const rows = [];
-    for (let i = shown.length - 1; i >= 0 && rows.length < FEED_ROWS; i--) {
+  /**
+   * Bursts: identical events (same type, reason, route, lock, token, shadow or not) at most
+   * BURST_MS apart become one row with their count, first and last time. Rows are newest
+   * first (by their last event); at most FEED_ROWS.
+   */
+  function groupBursts(shown) {
+    const open = new Map();
+    const groups = [];
+    for (let i = shown.length - 1; i >= 0; i--) {
       const e = shown[i];
+      const t = Date.parse(e.time);
+      const key = [e.type, e.reason, e.route, e.lock, e.token, e.enforced].join('\u0000');
+      const g = open.get(key);
+      if (g !== undefined && g.firstMs - t <= BURST_MS) {
+        g.count += 1;
+        g.first = e;
+        g.firstMs = t;
+        continue;
+      }
+      if (groups.length >= FEED_ROWS) {
+        if (g !== undefined) open.delete(key);
+        continue;
+      }
+      const fresh = { last: e, first: e, firstMs: t, count: 1 };
+      open.set(key, fresh);
+      groups.push(fresh);
+    }
+    return groups;
+  }
+
+  /** "3 grants behind · lease ended 42 s ago": how stale a refused token was. */
+  function behindText(e) {
+    const parts = [];
+    if (e.behind) {
+      const n = e.behind.grants;
+      parts.push(`${e.behind.exact ? '' : '≥ '}${n} grant${n === 1 ? '' : 's'} behind`);
+    } else if (e.type === 'lease-expired' && e.highest !== null) {
+      parts.push(`taken over by ${e.highest}`);
+    } else if (e.type === 'fenced-write' && e.token !== null && e.highest !== null && e.token !== e.highest) {
+      parts.push(`highest admitted ${e.highest}`); // the store no longer remembers the token's grant
+    }
+    if (e.leaseEndedAt) parts.push(`lease ended ${ago(Date.now() - Date.parse(e.leaseEndedAt))}`);
+    return parts.length > 0 ? parts.join(' · ') : '–';
+  }
+
+  /** Who holds the lock now (asked of GET /v1/locks/{key}), else the newest grant the event names. */
+  function holderText(e) {
+    const now = holders.get(e.lock);
+    if (now && now.state) {
+      const l = now.state;
+      return l.held ? `${l.owner} · ${l.token}` : `nobody (last token ${l.token})`;
+    }
+    if (e.holder) return `${e.holder.owner} · ${e.holder.token} (at the refusal)`;
+    return '–';
+  }
+
+  function renderFeed(shown) {
+    const groups = groupBursts(shown);
+    const rows = groups.map((g) => {
+      const e = g.last;
       const cls = e.reason === 'stale' ? 'bad' : e.type === 'fenced-write' ? 'warn' : '';
-      const reason = el('td', cls, e.reason);
-      rows.push(
-        row([
+      const count = el('td', g.count > 1 ? 'num burst' : 'num', `×${g.count}`);
+      if (g.count > 1)
+        count.title = `${g.count} identical events from ${when(g.first.time)} to ${when(e.time)}`;
+      return row(
+        [
           el('td', 'num', e.id),
           el('td', 'time', when(e.time)),
-          e.type + (e.enforced ? '' : ' (shadow)'),
-          reason,
+          count,
+          el('td', cls, e.reason),
           e.route ?? '–',
           e.lock,
           el('td', 'num', e.token ?? '–'),
-          el('td', 'num', e.highest ?? '–'),
+          el('td', e.behind || e.leaseEndedAt ? 'behind' : 'muted', behindText(e)),
           e.owner ?? '–',
+          holderText(e),
+          el('td', 'time', g.count > 1 ? when(g.first.time) : '–'),
+          e.type + (e.enforced ? '' : ' (shadow)'),
           e.client,
           e.method ? `${e.method} ${e.path}` : '–',
-        ]),
+        ],
+        g.count > 1 ? 'grouped' : '',
       );
-    }
+    });
     replaceRows($('feed').tBodies[0], rows);
+    const more = groups.length >= FEED_ROWS ? ` (the newest ${FEED_ROWS} rows)` : '';
     $('feed-caption').textContent =
-      `${Math.min(shown.length, FEED_ROWS)} newest of ${shown.length} matching${gapNote}`;
+      `${groups.length} rows for ${shown.length} events${more}; identical events within ${BURST_MS / 1000} s share a row${gapNote}`;
+    wantHolders(groups);
+  }
+
+  // ---- who holds the locks shown now ----
+
+  /** lock → { state (GET /v1/locks/{key}, null: none), at (ms), asking }. */
+  const holders = new Map();
+
+  function wantHolders(groups) {
+    const now = Date.now();
+    let asked = 0;
+    const seen = new Set();
+    for (const g of groups) {
+      const lock = g.last.lock;
+      if (lock === '' || g.last.token === null || seen.has(lock)) continue;
+      seen.add(lock);
+      const h = holders.get(lock);
+      if (h && (h.asking || now - h.at < HOLDER_EVERY_MS)) continue;
+      if (asked++ >= HOLDER_LOOKUPS) break;
+      void askHolder(lock, h);
+    }
+    if (holders.size > 500) for (const k of holders.keys()) if (!seen.has(k)) holders.delete(k);
+  }
+
+  async function askHolder(lock, previous) {
+    const entry = { state: previous?.state ?? null, at: Date.now(), asking: true };
+    holders.set(lock, entry);
+    try {
+      const res = await api(`/v1/locks/${encodeURIComponent(lock)}`);
+      if (res.ok) entry.state = await res.json();
+      else if (res.status === 404) entry.state = null;
+    } catch {
+      // asked again after HOLDER_EVERY_MS
+    } finally {
+      entry.asking = false;
+      entry.at = Date.now();
+    }
+    scheduleRender();
   }
 
   function topCounts(list, key, n) {
@@ -258,32 +405,34 @@
     return [...counts.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, n);
   }
 
+  /** The top routes and locks, then "k others" and the total: each table adds up to the chart's total. */
   function renderTops(writes) {
-    const top = (id, key) =>
-      replaceRows(
-        $(id).tBodies[0],
-        topCounts(writes, key, 8).map(([name, n]) => row([name, el('td', 'num', n)])),
-      );
-    top('top-routes', (e) => e.route ?? '(issuer)');
-    top('top-locks', (e) => e.lock);
+    const top = (id, key, noun) => {
+      const all = topCounts(writes, key, Infinity);
+      const rows = all.slice(0, TOPS).map(([name, n]) => row([name, el('td', 'num', n)]));
+      if (all.length > TOPS) {
+        const rest = all.slice(TOPS);
+        const n = rest.reduce((sum, [, c]) => sum + c, 0);
+        rows.push(row([el('td', 'muted', `${rest.length} other ${noun}`), el('td', 'num', n)], 'other'));
+      }
+      rows.push(row([el('td', 'muted', 'total'), el('td', 'num', writes.length)], 'sum'));
+      replaceRows($(id).tBodies[0], rows);
+    };
+    top('top-routes', (e) => e.route ?? '(issuer)', 'routes');
+    top('top-locks', (e) => e.lock, 'locks');
   }
 
-  function renderChart(writes, group) {
+  function renderChart(writes, group, w) {
     const chart = $('chart');
     const width = Math.max(200, chart.clientWidth || 600);
     const height = Math.max(120, chart.clientHeight || 220);
-    const end = Math.ceil(Date.now() / BUCKET_MS) * BUCKET_MS;
-    const start = end - BUCKETS * BUCKET_MS;
+    const { start, bucketMs } = w;
     const keyOf = (e) => (group === 'lock' ? e.lock : (e.route ?? '(issuer)'));
-    const inWindow = writes.filter((e) => {
-      const t = Date.parse(e.time);
-      return t >= start && t < end;
-    });
-    const series = topCounts(inWindow, keyOf, SERIES).map(([name]) => name);
+    const series = topCounts(writes, keyOf, SERIES).map(([name]) => name);
     const index = new Map(series.map((name, i) => [name, i]));
     const buckets = Array.from({ length: BUCKETS }, () => new Array(SERIES + 1).fill(0));
-    for (const e of inWindow) {
-      const b = Math.floor((Date.parse(e.time) - start) / BUCKET_MS);
+    for (const e of writes) {
+      const b = Math.min(BUCKETS - 1, Math.max(0, Math.floor((Date.parse(e.time) - start) / bucketMs)));
       const s = index.has(keyOf(e)) ? index.get(keyOf(e)) : SERIES;
       buckets[b][s] += 1;
     }
@@ -296,7 +445,7 @@
       svg('line', { x1: left, y1: height - bottom, x2: width, y2: height - bottom, class: 'axis' }),
       svg('text', { x: 2, y: 12 }, String(peak)),
       svg('text', { x: 2, y: height - bottom }, '0'),
-      svg('text', { x: left, y: height - 4 }, `-${(BUCKETS * BUCKET_MS) / 60000} min`),
+      svg('text', { x: left, y: height - 4 }, `-${span(BUCKETS * bucketMs)}`),
       svg('text', { x: width - 24, y: height - 4 }, 'now'),
     ];
     buckets.forEach((counts, b) => {
@@ -320,14 +469,20 @@
     chart.setAttribute('viewBox', `0 0 ${width} ${height}`);
     chart.replaceChildren(...nodes);
     const legend = series.map((name, i) => el('span', '', el('span', `swatch c${i}`), name));
-    if (inWindow.length > 0 && buckets.some((b) => b[SERIES] > 0)) {
+    if (writes.length > 0 && buckets.some((b) => b[SERIES] > 0)) {
       legend.push(el('span', '', el('span', `swatch c${SERIES}`), 'other'));
     }
     $('legend').replaceChildren(...legend);
-    $('chart-total').textContent = String(inWindow.length);
-    $('chart-caption').textContent =
-      `last ${(BUCKETS * BUCKET_MS) / 60000} minutes, ${BUCKET_MS / 1000} s buckets, by ${group}`;
+    $('chart-total').textContent = String(writes.length);
+    $('chart-caption').textContent = `${w.name}, ${span(bucketMs)} buckets, by ${group}`;
     renderTops(writes);
+  }
+
+  /** 90000 → "90 s", 900000 → "15 min", 3600000 → "1 h". */
+  function span(ms) {
+    if (ms < 120000) return `${Math.round(ms / 1000)} s`;
+    if (ms < 7200000) return `${Math.round(ms / 60000)} min`;
+    return `${Math.round(ms / 360000) / 10} h`;
   }
 
   // ---- events: backlog, then the live stream ----
@@ -548,13 +703,57 @@
     }
   }
 
+  // ---- upstreams ----
+
+  function ms(v) {
+    return v === null ? '–' : `${v < 10 ? v.toFixed(1) : Math.round(v)} ms`;
+  }
+
+  /** Each upstream's breaker beside its requests, errors, latency and last error (GET /v1/upstreams). */
+  async function loadUpstreams() {
+    const res = await api('/v1/upstreams');
+    if (!res.ok) {
+      $('upstreams-caption').textContent = `(could not read: ${res.status})`;
+      return;
+    }
+    const body = await res.json();
+    replaceRows(
+      $('upstreams').tBodies[0],
+      body.upstreams.map((u) => {
+        const rate = u.errorRate;
+        const rateCls = rate === null ? 'muted' : rate >= 0.5 ? 'bad' : rate > 0 ? 'warn' : 'ok';
+        const last = u.lastError;
+        const what = el('td', 'message', last ? last.message : '–');
+        if (last) what.title = last.message;
+        return row(
+          [
+            `${u.name} (${u.kind})`,
+            breakerCell(u.breaker, u.kind),
+            el('td', `num ${rateCls}`, rate === null ? '–' : `${(rate * 100).toFixed(rate < 0.1 ? 1 : 0)} %`),
+            el('td', last ? 'bad' : 'muted', last ? String(last.status) : 'none'),
+            el('td', u.errors > 0 ? 'num bad' : 'num', u.counted ? u.errors : '–'),
+            el('td', 'num', u.counted ? u.requests : '–'),
+            el('td', 'num', `${ms(u.latencyMs.p50)} / ${ms(u.latencyMs.p99)}`),
+            el('td', 'num', ms(u.latencyMs.mean)),
+            el('td', 'time', last ? when(last.time) : '–'),
+            what,
+          ],
+          last ? 'failing' : '',
+        );
+      }),
+    );
+    $('upstreams-caption').textContent =
+      `last ${span(body.windowS * 1000)} (the server's window, whatever the page's); errors: a 5xx answer, or none (the gateway answered 502/504)`;
+  }
+
   // ---- wiring ----
 
   function start() {
     const reasons = $('f-reason');
     for (const r of REASONS) reasons.append(el('option', '', r));
     filtersFromUrl();
-    for (const id of ['f-route', 'f-reason', 'f-group']) $(id).addEventListener('change', scheduleRender);
+    for (const id of ['f-route', 'f-reason', 'f-group', 'f-since'])
+      $(id).addEventListener('change', scheduleRender);
     $('f-lock').addEventListener('input', scheduleRender);
     $('f-clear').addEventListener('click', () => {
       $('f-route').value = '';
@@ -584,9 +783,10 @@
       refresh();
     });
     setInterval(() => void loadStatus().catch(() => undefined), STATUS_EVERY_MS);
+    setInterval(() => void loadUpstreams().catch(() => undefined), UPSTREAMS_EVERY_MS);
     setInterval(() => void loadLocks().catch(() => undefined), LOCKS_EVERY_MS);
     setInterval(renderLocks, 1000);
-    setInterval(scheduleRender, BUCKET_MS); // the chart's window moves on
+    setInterval(scheduleRender, REDRAW_MS); // the window moves on, and "x s ago" with it
     refresh();
   }
 
@@ -601,7 +801,9 @@
     locks.cursor = null;
     locks.shown = locks.asked + 1; // nor an answer to a listing asked for under it
     renderLocks();
+    holders.clear();
     void loadStatus().catch(() => undefined);
+    void loadUpstreams().catch(() => undefined);
     void loadLocks().catch(() => undefined);
     loadBacklog()
       .catch(() => undefined)
