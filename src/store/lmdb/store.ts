@@ -52,6 +52,7 @@ import { commitCause, diskFault, guardCommitRejections } from './disk.js';
 import * as fences from './fences.js';
 import * as idempotency from './idempotency.js';
 import * as locks from './locks.js';
+import { migrateToCompact } from './migrate.js';
 import { housekeep } from './prune.js';
 import { WakeMesh, type Peer, type PeerRegistry } from './wakeup.js';
 
@@ -155,6 +156,7 @@ export class LmdbStore implements Store {
       let format = this.t.meta.get('format') as string | undefined;
       if (format === undefined && mustExist) return null;
       if (format === undefined || UPGRADABLE_FORMATS.includes(format)) {
+        if (format !== undefined) migrateToCompact(this.t.root, this.namespace, this.t.lockRecords);
         this.t.meta.put('format', FORMAT_VERSION);
         format = FORMAT_VERSION;
       }
