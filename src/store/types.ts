@@ -451,6 +451,11 @@ export interface StoreOptions {
    * (`fencegate epoch bump`), where a typo must not create a new one and report success.
    */
   mustExist?: boolean;
+  /**
+   * Embedded store: how long a lock record stays after its last use before housekeeping
+   * deletes it and raises the retired floor (src/store/lmdb/retire.ts). Default 15 minutes.
+   */
+  lockRetentionMs?: number;
 }
 
 /**
