@@ -7,8 +7,9 @@
  *
  * Each namespace has its own named databases, `<namespace>/<table>`. Keys are
  * strings (lock keys sort in UTF-8 byte order, as the other stores list them);
- * values are msgpack records. Tokens are decimal strings in records and bigint in
- * code: msgpack would turn a large integer into a double on some paths.
+ * values are msgpack records, except the lock records, laid out by hand (./record.ts:
+ * one per lock, with its grant history). Tokens are decimal strings in msgpack records
+ * and bigint in code: msgpack would turn a large integer into a double on some paths.
  *
  * Durability: every write transaction commits with fdatasync before its promise
  * resolves (overlappingSync off: the sync happens inside the commit), so an
@@ -95,12 +96,15 @@ export interface RecordTable<V, K> {
 
 /** The records every namespace keeps, as the rules see them. */
 export interface RecordTables {
-  /** 'format' → FORMAT_VERSION, 'epoch' → EpochRec */
+  /** 'format' → FORMAT_VERSION, 'epoch' → EpochRec, 'retired' → the retired floor (./retire.ts) */
   meta: RecordTable<unknown, string>;
   locks: RecordTable<LockRec, string>;
   /** key [lock key, request id, owner] */
   grants: RecordTable<GrantRec, [string, string, string]>;
-  /** lock key → the last GRANT_HISTORY grants, newest first: [token, owner][] */
+  /**
+   * lock key → the last GRANT_HISTORY grants, newest first: [token, owner][] (LMDB: part
+   * of the lock's record; the `owners` table is read only to upgrade format 2).
+   */
   owners: RecordTable<[string, string][], string>;
   waiters: RecordTable<WaiterRec[], string>;
   inflight: RecordTable<InflightRec, string>;
