@@ -11,6 +11,10 @@
  *
  *   node bench/memory-locks.mjs [embedded|redis]
  *
+ * FG_MEM_LOCKS_RETENTION_MS sets the embedded store's `lockRetentionMs` (idle lock records
+ * retired after that long: docs/stores-embedded.md, "Retiring idle locks"); unset, the
+ * default (15 min, longer than a run, so nothing is retired during it).
+ *
  * FG_MEM_LOCKS_NODE_OPTIONS adds Node options to the gateway (e.g.
  * `--heapsnapshot-signal=SIGUSR2` to look at what is held; FG_MEM_LOCKS_SNAPSHOT=1 then sends
  * the signal at each reading, and the snapshots land in the gateway's working directory).
@@ -96,6 +100,7 @@ export async function measureLockMemory(opts = {}) {
     large = 200_000,
     concurrency = 32,
     idleMs = 10_000,
+    lockRetentionMs = null,
     nodeOptions = process.env.FG_MEM_LOCKS_NODE_OPTIONS ?? '',
     snapshot = process.env.FG_MEM_LOCKS_SNAPSHOT === '1',
     log = () => {},
@@ -122,6 +127,7 @@ export async function measureLockMemory(opts = {}) {
       storeArg = `redis://127.0.0.1:${port}`;
     } else if (store !== 'embedded') throw new Error(`store: embedded or redis, got ${store}`);
     const env = { ...process.env, NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} ${nodeOptions}`.trim() };
+    if (lockRetentionMs !== null) env.FENCEGATE_LOCK_RETENTION_MS = String(lockRetentionMs);
     const gw = await spawnUntil(join(ROOT, 'bin/fencegate.js'), serveArgs(storeArg, policies), LISTENING, {
       children,
       env,
@@ -164,6 +170,7 @@ export async function measureLockMemory(opts = {}) {
       rss200kMiB: round(atLarge.rss),
       deltaMiB: round(atLarge.rss - atSmall.rss),
       store,
+      lockRetentionMs,
       // Of the delta: anonymous memory (the JS heap, malloc) and file pages mapped (LMDB's data file).
       anonDeltaMiB: round(atLarge.anon - atSmall.anon),
       fileDeltaMiB: round(atLarge.file - atSmall.file),
@@ -187,7 +194,9 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   const store = process.argv[2] ?? 'embedded';
   const small = Number(process.env.FG_MEM_LOCKS_SMALL ?? 10_000);
   const large = Number(process.env.FG_MEM_LOCKS_LARGE ?? 200_000);
-  measureLockMemory({ store, small, large, log: (m) => process.stderr.write(`${m}\n`) })
+  const retention = process.env.FG_MEM_LOCKS_RETENTION_MS;
+  const lockRetentionMs = retention === undefined ? null : Number(retention);
+  measureLockMemory({ store, small, large, lockRetentionMs, log: (m) => process.stderr.write(`${m}\n`) })
     .then((r) => {
       const { output: _output, ...row } = r;
       process.stdout.write(`${JSON.stringify(row)}\n`);

@@ -239,7 +239,7 @@ Goal ≥ 0.6× the raw loop → **${ratio(k.gateway, k.raw)}×**.
     const rows = r.lockMemory
       .map(
         (m) =>
-          `| ${m.store} | ${m.startMiB} | ${m.rss10kMiB} | ${m.rss200kMiB} | **${m.deltaMiB}** | ${m.anonDeltaMiB} | ${m.fileDeltaMiB} | ${m.deltaMiB <= 50 ? 'yes' : 'no'} |`,
+          `| ${m.store}${m.lockRetentionMs == null ? '' : ` (lockRetentionMs ${m.lockRetentionMs / 1000} s)`} | ${m.startMiB} | ${m.rss10kMiB} | ${m.rss200kMiB} | **${m.deltaMiB}** | ${m.anonDeltaMiB} | ${m.fileDeltaMiB} | ${m.deltaMiB <= 50 ? 'yes' : 'no'} |`,
       )
       .join('\n');
     sections.push(`## Memory against distinct locks

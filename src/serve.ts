@@ -185,6 +185,7 @@ export async function openCore(
   const store = instrumentStore(
     await openStore(config.store, {
       allowVolatileRedis: config.allowVolatileRedis,
+      lockRetentionMs: config.lockRetentionMs,
       ...(config.storeNamespace ? { namespace: config.storeNamespace } : {}),
       ...tls.store,
     }),

@@ -9,6 +9,7 @@
  * src/config.ts.
  */
 import { ADMISSION_HOLD_MS } from './gateway/admission-hold.js';
+import { DEFAULT_LOCK_RETENTION_MS } from './store/lmdb/retire.js';
 import { LOG_FORMATS, LOG_LEVELS, type LogFormat, type LogLevel } from './observe/log.js';
 
 export interface HostPort {
@@ -279,6 +280,16 @@ export const SETTINGS = {
     range: [300, 600_000],
     arg: 'N',
     help: "how long other gateways wait on this one's silent session before dropping its in-flight writes at the drain barrier",
+  },
+  /** docs/stores-embedded.md, "Retiring idle locks". */
+  lockRetentionMs: {
+    flag: '--lock-retention-ms',
+    env: 'FENCEGATE_LOCK_RETENTION_MS',
+    type: 'int',
+    default: DEFAULT_LOCK_RETENTION_MS,
+    range: [1_000, 2_592_000_000],
+    arg: 'N',
+    help: "embedded store: how long an unused lock's record is kept before it is deleted (its tokens stay refused)",
   },
   admissionHoldMs: {
     flag: '--admission-hold-ms',

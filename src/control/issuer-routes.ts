@@ -329,7 +329,11 @@ async function issuerRoutes(app: FastifyInstance, opts: IssuerRoutesOptions): Pr
     const key = keyOf(req);
     const s = await issuer.inspect(key);
     if (s === null)
-      throw new ProblemError('lock-not-found', `no token was ever issued for "${key}"`, { lock: key });
+      throw new ProblemError(
+        'lock-not-found',
+        `no token was issued for "${key}" (or, on the embedded store, none since its idle record was retired)`,
+        { lock: key },
+      );
     return lockJson(s);
   });
 }

@@ -321,7 +321,10 @@ export interface Store {
   tryAcquire(req: AcquireRequest): Promise<AcquireResult>;
   renew(key: string, leaseId: string, ttlMs: number): Promise<RenewResult>;
   release(key: string, leaseId: string): Promise<ReleaseResult>;
-  /** null when no token was ever issued for the key (in the current epoch). */
+  /**
+   * null when no token was ever issued for the key (in the current epoch), or, on the
+   * embedded store, none since its idle record was retired (src/store/lmdb/retire.ts).
+   */
   inspect(key: string): Promise<LockState | null>;
   /**
    * Appends a waiter to the key's FIFO queue; it stops counting at now + waitMs (store
@@ -453,6 +456,11 @@ export interface StoreOptions {
    * (`fencegate epoch bump`), where a typo must not create a new one and report success.
    */
   mustExist?: boolean;
+  /**
+   * Embedded store: how long a lock record stays after its last use before housekeeping
+   * deletes it and raises the retired floor (src/store/lmdb/retire.ts). Default 15 minutes.
+   */
+  lockRetentionMs?: number;
 }
 
 /**

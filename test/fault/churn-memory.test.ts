@@ -180,7 +180,7 @@ describe('memory under churn: embedded', () => {
     const issuer = new Issuer(store, createMetrics({ defaultMetrics: false }));
     const n = EMBEDDED_KEYS;
     await churn(issuer, 'churn', n, 16);
-    expect(count(t.locks)).toBe(n);
+    expect(count(t.lockRecords)).toBe(n);
     expect(count(t.grants)).toBe(n);
     expect(count(t.waiters)).toBe(0);
     expect(count(t.inflight)).toBe(0);

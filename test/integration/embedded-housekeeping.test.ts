@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DATA_FILE, MAP_SIZE, nowMs, openTables, type Tables } from '../../src/store/lmdb/db.js';
 import { housekeep, sweepTable } from '../../src/store/lmdb/prune.js';
+import { DEFAULT_LOCK_RETENTION_MS } from '../../src/store/lmdb/retire.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -72,7 +73,7 @@ describe('embedded store housekeeping', () => {
     expect(left).toHaveLength(n - Math.ceil(n / 3));
     expect(left.every((i) => i % 3 !== 0)).toBe(true);
 
-    await housekeep(t, never, 100);
+    await housekeep(t, never, DEFAULT_LOCK_RETENTION_MS, 100);
     const queues = [...t.waiters.getRange({})].map((e) => e.key);
     expect(queues).toHaveLength(n - Math.ceil(n / 3));
     expect(queues.every((k) => Number(k.slice('lock:'.length)) % 3 !== 0)).toBe(true);
@@ -84,7 +85,7 @@ describe('embedded store housekeeping', () => {
     await t.root.transaction(() => {
       for (let i = 0; i < 1_050; i++) t.waiters.put(`lock:${i}`, [{ id: `w${i}`, deadline: now - 1 }]);
     });
-    await housekeep(t, never, 100);
+    await housekeep(t, never, DEFAULT_LOCK_RETENTION_MS, 100);
     expect([...t.waiters.getRange({})]).toHaveLength(0);
   });
 
@@ -103,7 +104,7 @@ describe('embedded store housekeeping', () => {
         });
       }
     });
-    await housekeep(t, never, 100);
+    await housekeep(t, never, DEFAULT_LOCK_RETENTION_MS, 100);
     const left = [...t.idempotency.getRange({})].map((e) => Number(e.key.slice('r\nk-'.length)));
     expect(left).toHaveLength(125);
     expect(left.every((i) => i % 2 === 1)).toBe(true);

@@ -225,6 +225,8 @@ export class EtcdStore implements Store {
   private lockKeys(key: string): string[] {
     return [
       this.key('meta', 'epoch'),
+      // The retired floor a new lock record starts above (the rules read it; never set on etcd, which retires nothing).
+      this.key('meta', 'retired'),
       this.key('locks', key),
       this.key('waiters', key),
       this.key('owners', key),

@@ -7,14 +7,16 @@
  *
  * Each namespace has its own named databases, `<namespace>/<table>`. Keys are
  * strings (lock keys sort in UTF-8 byte order, as the other stores list them);
- * values are msgpack records. Tokens are decimal strings in records and bigint in
- * code: msgpack would turn a large integer into a double on some paths.
+ * values are msgpack records, except the lock records, laid out by hand (./record.ts:
+ * one per lock, with its grant history). Tokens are decimal strings in msgpack records
+ * and bigint in code: msgpack would turn a large integer into a double on some paths.
  *
  * Durability: every write transaction commits with fdatasync before its promise
  * resolves (overlappingSync off: the sync happens inside the commit), so an
  * acknowledged grant survives kill -9 and power loss. See docs/adr/0009-embedded-store.md.
  */
 import { open, type Database, type RootDatabase } from 'lmdb';
+import { lockCodec, type LockRec, type StoredLock } from './record.js';
 
 /** The file LMDB keeps its data in, inside the store directory (with `fencegate.mdb-lock`). */
 export const DATA_FILE = 'fencegate.mdb';
@@ -22,27 +24,14 @@ export const DATA_FILE = 'fencegate.mdb';
  * Bumped when the records change in a way an older fencegate cannot read or would
  * misjudge. 2: in-flight entries carry a delivery bound and locks a shadow record (a
  * format-1 namespace is upgraded in place: its records read as bound 0 and no shadow).
+ * 3: one compact record per lock, its grant history inside it (./record.ts; a format-1
+ * or 2 namespace is rewritten when it opens: ./migrate.ts).
  */
-export const FORMAT_VERSION = '2';
+export const FORMAT_VERSION = '3';
 /** Formats this fencegate upgrades to FORMAT_VERSION when it opens them. */
-export const UPGRADABLE_FORMATS: readonly string[] = ['1'];
+export const UPGRADABLE_FORMATS: readonly string[] = ['1', '2'];
 
-export interface LockRec {
-  /** Key floor: store clock × 1000 when the record was created. The first token is above it. */
-  floor: string;
-  /** Highest token minted; null while none was (record made by enqueueWaiter). */
-  issued: string | null;
-  /** Highest token admitted by a gateway; null while none was. */
-  highest: string | null;
-  /** Highest token admitted by shadow-mode routes (absent in format 1); null while none was. */
-  shadowHighest?: string | null;
-  /** The current lease, live or lapsed; all null when released or never granted. */
-  leaseId: string | null;
-  owner: string | null;
-  token: string | null;
-  ttlMs: number | null;
-  expiresAt: number | null;
-}
+export type { LockRec } from './record.js';
 
 /** Idempotency record of a grant: kept until keepUntil (≥ max(ttl, 10 min)). */
 export interface GrantRec {
@@ -107,12 +96,15 @@ export interface RecordTable<V, K> {
 
 /** The records every namespace keeps, as the rules see them. */
 export interface RecordTables {
-  /** 'format' → FORMAT_VERSION, 'epoch' → EpochRec */
+  /** 'format' → FORMAT_VERSION, 'epoch' → EpochRec, 'retired' → the retired floor (./retire.ts) */
   meta: RecordTable<unknown, string>;
   locks: RecordTable<LockRec, string>;
   /** key [lock key, request id, owner] */
   grants: RecordTable<GrantRec, [string, string, string]>;
-  /** lock key → the last GRANT_HISTORY grants, newest first: [token, owner][] */
+  /**
+   * lock key → the last GRANT_HISTORY grants, newest first: [token, owner][] (LMDB: part
+   * of the lock's record; the `owners` table is read only to upgrade format 2).
+   */
   owners: RecordTable<[string, string][], string>;
   waiters: RecordTable<WaiterRec[], string>;
   inflight: RecordTable<InflightRec, string>;
@@ -124,9 +116,9 @@ export interface RecordTables {
 export interface Tables extends RecordTables {
   root: RootDatabase;
   meta: Database<unknown, string>;
-  locks: Database<LockRec, string>;
+  /** The lock records as stored (./record.ts): each lock with its grant history. */
+  lockRecords: Database<StoredLock, string>;
   grants: Database<GrantRec, [string, string, string]>;
-  owners: Database<[string, string][], string>;
   waiters: Database<WaiterRec[], string>;
   inflight: Database<InflightRec, string>;
   sessions: Database<SessionRec, string>;
@@ -156,17 +148,67 @@ export function openTables(path: string, namespace: string): Tables {
   });
   const named = <V, K extends string | number | string[]>(table: string): Database<V, K> =>
     root.openDB<V, K>({ name: `${namespace}/${table}` });
+  // `encoder` is a Database option lmdb reads (not in its option types): the record's own layout.
+  const lockOptions = { name: `${namespace}/locks`, encoder: lockCodec };
+  const lockRecords = root.openDB<StoredLock, string>(lockOptions);
   return {
     root,
     meta: named('meta'),
-    locks: named('locks'),
+    lockRecords,
+    locks: lockTable(lockRecords),
+    owners: ownersTable(lockRecords),
     grants: named('grants'),
-    owners: named('owners'),
     waiters: named('waiters'),
     inflight: named('inflight'),
     sessions: named('sessions'),
     idempotency: named('idempotency'),
     peers: root.openDB<{ pid: number; path: string }, string>({ name: 'peers' }),
+  };
+}
+
+/**
+ * The rules' view of the lock records without their grant history: a lock written back
+ * keeps the history its record has (the rules write a lock as a whole, without it), and
+ * is stamped with the time of the write (when it became idle, for retirement).
+ */
+function lockTable(records: Database<StoredLock, string>): RecordTable<LockRec, string> {
+  return {
+    get: (key) => records.get(key),
+    put: (key, value) => {
+      const owners = (value as StoredLock).owners ?? records.get(key)?.owners;
+      const stored: StoredLock = { ...value, touched: nowMs() };
+      if (owners !== undefined) stored.owners = owners;
+      return records.put(key, stored);
+    },
+    remove: (key) => records.remove(key),
+    getRange: (options) => records.getRange(options),
+    getKeys: (options) => records.getKeys(options),
+  };
+}
+
+/** The rules' view of the grant history: the `owners` part of each lock's record. */
+function ownersTable(records: Database<StoredLock, string>): RecordTable<[string, string][], string> {
+  const withOwners = (options: { start?: string }) =>
+    records
+      .getRange(options)
+      .filter(({ value }) => value.owners !== undefined)
+      .map(({ key, value }) => ({ key, value: value.owners ?? [] }));
+  return {
+    get: (key) => records.get(key)?.owners,
+    put: (key, owners) => {
+      const l = records.get(key);
+      if (l === undefined)
+        throw new Error(`embedded store: grant history for ${key}, which has no lock record`);
+      return records.put(key, { ...l, owners });
+    },
+    remove: (key) => {
+      const l = records.get(key);
+      if (l === undefined || l.owners === undefined) return false;
+      const { owners: _owners, ...rest } = l;
+      return records.put(key, rest);
+    },
+    getRange: withOwners,
+    getKeys: () => withOwners({}).map(({ key }) => key),
   };
 }
 

@@ -14,7 +14,7 @@ import {
   type SessionRecord,
 } from '../types.js';
 import type { InflightRec, LockRec, RecordTables as Tables } from './db.js';
-import { epochFloor, maxBig, type Outcome } from './locks.js';
+import { epochFloor, maxBig, retiredFloor, type Outcome } from './locks.js';
 
 type Verdict = { ok: true; highest: bigint } | Extract<AdmitResult, { ok: false }>;
 
@@ -31,7 +31,9 @@ function judgedHighest(l: LockRec): bigint | null {
 }
 
 function judge(t: Tables, l: LockRec | undefined, req: AdmitRequest, now: number): Verdict {
-  if (l === undefined) return { ok: false, reason: 'forged', highest: null };
+  // No record: never issued, or retired (./retire.ts), which left every token it had at or below the retired floor.
+  if (l === undefined)
+    return { ok: false, reason: req.token <= retiredFloor(t) ? 'stale' : 'forged', highest: null };
   const highest = judgedHighest(l);
   const floor = maxBig(BigInt(l.floor), epochFloor(t));
   if (req.token <= floor) return { ok: false, reason: 'stale', highest };

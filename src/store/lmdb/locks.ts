@@ -38,10 +38,22 @@ export function epochFloor(t: Tables): bigint {
   return e === undefined ? 0n : BigInt(e.floor);
 }
 
-/** A new key's record: its floor is the store clock × 1000, as in the SQL store. */
-function newLock(now: number): LockRec {
+/**
+ * The namespace's retired floor: at or above every token of every lock record retired
+ * (deleted when idle: ./retire.ts). 0 while none was.
+ */
+export function retiredFloor(t: Tables): bigint {
+  const r = t.meta.get('retired') as string | undefined;
+  return r === undefined ? 0n : BigInt(r);
+}
+
+/**
+ * A new key's record: its floor is the store clock × 1000, as in the SQL store, and above
+ * the retired floor: a key whose record was retired starts above every token it had.
+ */
+function newLock(t: Tables, now: number): LockRec {
   return {
-    floor: (BigInt(now) * 1000n).toString(),
+    floor: maxBig(BigInt(now) * 1000n, retiredFloor(t)).toString(),
     issued: null,
     highest: null,
     leaseId: null,
@@ -81,7 +93,7 @@ export interface Outcome<R> {
 /** Runs inside a write transaction. */
 export function tryAcquire(t: Tables, req: AcquireRequest, now: number): Outcome<AcquireResult> {
   const ttlMs = wholeMs(req.ttlMs);
-  const l = t.locks.get(req.key) ?? newLock(now);
+  const l = t.locks.get(req.key) ?? newLock(t, now);
   const none: string[] = [];
 
   // A replay of an earlier grant: the lease while it is still the current live lease.
@@ -273,7 +285,7 @@ export function recentGrants(t: Tables, key: string): GrantRecord[] {
  * an expired one goes to the back. The key's other expired waiters are dropped.
  */
 export function enqueueWaiter(t: Tables, key: string, waiterId: string, waitMs: number, now: number): void {
-  if (t.locks.get(key) === undefined) t.locks.put(key, newLock(now));
+  if (t.locks.get(key) === undefined) t.locks.put(key, newLock(t, now));
   const deadline = now + wholeMs(waitMs);
   const queue = (t.waiters.get(key) ?? []).filter((w) => w.deadline > now || w.id === waiterId);
   const mine = queue.findIndex((w) => w.id === waiterId);

@@ -1,8 +1,9 @@
 /**
  * Housekeeping of the embedded store: expired idempotency records (of grants and of the
  * gateway's Idempotency-Key requests), queues whose
- * waiters all expired, and in-flight entries whose gateway session has ended (ending a
- * session removes them; this catches leftovers). Each table is read in passes of at most
+ * waiters all expired, in-flight entries whose gateway session has ended (ending a
+ * session removes them; this catches leftovers), and lock records idle for the retention
+ * (./retire.ts). Each table is read in passes of at most
  * PRUNE_PASS records, outside any transaction, from where the last pass stopped; each
  * pass's candidates are re-checked and deleted in write transactions of at most BATCH, so
  * housekeeping never holds the write lock for long, never deletes a record that changed
@@ -13,6 +14,7 @@ import type { Database } from 'lmdb';
 import type { GrantRec, IdempotencyRec, InflightRec, Tables, WaiterRec } from './db.js';
 import { nowMs } from './db.js';
 import { live } from './idempotency.js';
+import { idleRecord, retire } from './retire.js';
 
 const BATCH = 500;
 /** Records read per pass at most; the candidates of one pass are all that is held. */
@@ -93,7 +95,12 @@ export const expired = {
   ): boolean => bound === 0 && !sessionLive(session),
 };
 
-export async function housekeep(t: Tables, stopped: () => boolean, pass: number = PRUNE_PASS): Promise<void> {
+export async function housekeep(
+  t: Tables,
+  stopped: () => boolean,
+  retentionMs: number,
+  pass: number = PRUNE_PASS,
+): Promise<void> {
   await sweepTable(
     t,
     t.grants,
@@ -139,6 +146,17 @@ export async function housekeep(t: Tables, stopped: () => boolean, pass: number 
       const rest = Object.fromEntries(Object.entries(entries).filter(([, entry]) => !leftover(entry)));
       if (Object.keys(rest).length > 0) t.inflight.put(key, rest);
       else t.inflight.remove(key);
+    },
+    stopped,
+    pass,
+  );
+  // Last: a lock whose queue or in-flight entries went above can retire in the same round.
+  await sweepTable(
+    t,
+    t.lockRecords,
+    (l, now) => idleRecord(l, now, retentionMs),
+    (key, at) => {
+      retire(t, key, at, retentionMs);
     },
     stopped,
     pass,

@@ -52,7 +52,9 @@ import { commitCause, diskFault, guardCommitRejections } from './disk.js';
 import * as fences from './fences.js';
 import * as idempotency from './idempotency.js';
 import * as locks from './locks.js';
+import { migrateToCompact } from './migrate.js';
 import { housekeep } from './prune.js';
+import { DEFAULT_LOCK_RETENTION_MS } from './retire.js';
 import { WakeMesh, type Peer, type PeerRegistry } from './wakeup.js';
 
 export const DEFAULT_NAMESPACE = defaultNamespace('embedded');
@@ -104,6 +106,8 @@ export class LmdbStore implements Store {
     private readonly t: Tables,
     private readonly root: string,
     private readonly namespace: string,
+    /** How long an idle lock record is kept (./retire.ts). */
+    private readonly retentionMs: number,
   ) {}
 
   static async open(dir: string, opts: StoreOptions = {}): Promise<LmdbStore> {
@@ -124,7 +128,7 @@ export class LmdbStore implements Store {
     } catch (err) {
       throw storeFailure(err, what);
     }
-    const store = new LmdbStore(t, root, namespace);
+    const store = new LmdbStore(t, root, namespace, opts.lockRetentionMs ?? DEFAULT_LOCK_RETENTION_MS);
     try {
       await store.init(opts.mustExist === true);
       // On a full or read-only disk the process starts unregistered, and registers once a commit succeeds.
@@ -155,6 +159,7 @@ export class LmdbStore implements Store {
       let format = this.t.meta.get('format') as string | undefined;
       if (format === undefined && mustExist) return null;
       if (format === undefined || UPGRADABLE_FORMATS.includes(format)) {
+        if (format !== undefined) migrateToCompact(this.t.root, this.namespace, this.t.lockRecords);
         this.t.meta.put('format', FORMAT_VERSION);
         format = FORMAT_VERSION;
       }
@@ -531,7 +536,7 @@ export class LmdbStore implements Store {
     const t = Date.now();
     if (t - this.lastPrune < PRUNE_EVERY_MS) return;
     this.lastPrune = t;
-    this.pruning = housekeep(this.t, () => this.closing !== null)
+    this.pruning = housekeep(this.t, () => this.closing !== null, this.retentionMs)
       .catch((err: unknown) => this.noteFailure(err)) // best effort: the next round retries
       .then(() => undefined)
       .finally(() => {

@@ -115,6 +115,16 @@ export function scanPatterns(prefix: string, keyPrefix = ''): string[] {
   return [`${prefix}:{${tag}*}:lease`, `${prefix}:{${tag}*}:waitq`];
 }
 
+/** SCAN pattern of every lock's in-flight hash (`<prefix>:{tag}:inf`). */
+export function inflightPattern(prefix: string): string {
+  return `${globEscape(prefix)}:{*}:inf`;
+}
+
+/** The pub/sub channel of the lock whose in-flight hash is `infKey` (`…:inf` → `…:ch`). */
+export function channelOfInflight(infKey: string): string {
+  return `${infKey.slice(0, -':inf'.length)}:ch`;
+}
+
 /** The lock key of a `<prefix>:{tag}:lease|waitq` key, or null for anything else. */
 export function lockKeyOf(prefix: string, redisKey: string): string | null {
   const head = `${prefix}:{`;

@@ -26,6 +26,7 @@ export const SCRIPTS = {
   fg_deliver_v1: ['deliver.lua', 1],
   fg_lower_inflight_v3: ['lower_inflight.lua', 1],
   fg_drop_inflight_v2: ['drop_inflight.lua', 1],
+  fg_inflight_forget_v1: ['inflight_forget.lua', 1],
   fg_idem_begin_v1: ['idem_begin.lua', 1],
   fg_idem_finish_v1: ['idem_finish.lua', 1],
   fg_idem_abandon_v1: ['idem_abandon.lua', 1],
@@ -77,6 +78,7 @@ export interface FencegateCommands {
     maxBoundMs: string,
     ...sessions: string[]
   ): Promise<unknown>;
+  fg_inflight_forget_v1(inf: string, channel: string, floor: string): Promise<unknown>;
   fg_idem_begin_v1(record: string, fingerprint: string, attempt: string, holdMs: string): Promise<unknown>;
   fg_idem_finish_v1(record: string, attempt: string, response: string, ttlMs: string): Promise<unknown>;
   fg_idem_abandon_v1(record: string, attempt: string): Promise<unknown>;

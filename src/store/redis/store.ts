@@ -37,10 +37,12 @@ import { defaultNamespace, namespaceProblem } from '../namespace.js';
 import { type Connection, connect, createConnection, unavailable } from './connection.js';
 import { type Durability, checkDurability, infoField, RedisDurabilityError } from './durability.js';
 import {
+  channelOfInflight,
   decodeOwnerLine,
   encodeOwnerLine,
   epochKey,
   idempotencyKey,
+  inflightPattern,
   lockKeyOf,
   lockKeys,
   scanPatterns,
@@ -170,6 +172,7 @@ class RedisStore implements Store {
         promoted ? '1' : '0',
       );
       const { id, floor, outcome } = parseEpochVerify(reply);
+      if (outcome === 'bumped') await this.forgetInflight(floor);
       this.fence.floorChanged();
       const was = this.serverId;
       this.serverId = runId;
@@ -188,6 +191,23 @@ class RedisStore implements Store {
       this.failure = { error, at: performance.now() };
       throw error;
     }
+  }
+
+  /**
+   * After a promoted replica answered: the in-flight entries at or below the new floor are
+   * the replica's copy and are forgotten (fg_inflight_forget_v1 says why), lock by lock. New
+   * admissions are above the floor, so other processes admitting meanwhile lose nothing.
+   * As the Postgres store does after a restore (inflight_forget in queries.sql).
+   */
+  private async forgetInflight(floor: FencingToken): Promise<void> {
+    const pattern = inflightPattern(this.prefix);
+    let cursor = '0';
+    do {
+      const [next, found] = await this.redis.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT);
+      for (const inf of found)
+        await this.redis.fg_inflight_forget_v1(inf, channelOfInflight(inf), formatToken(floor));
+      cursor = next;
+    } while (cursor !== '0');
   }
 
   /** The first verification (durability, identity), whose findings are only remembered. */
