@@ -19,7 +19,7 @@
  */
 import { Cluster, Command, type ClusterOptions, type Redis } from 'ioredis';
 import { StoreUnavailableError } from '../../errors.js';
-import { CLIENT_OPTIONS, COMMAND_TIMEOUT_MS, CONNECT_TIMEOUT_MS } from './connection.js';
+import { CLIENT_OPTIONS, COMMAND_TIMEOUT_MS, CONNECT_TIMEOUT_MS } from './options.js';
 
 export const CLUSTER_SCHEMES = ['redis+cluster://', 'rediss+cluster://'] as const;
 
