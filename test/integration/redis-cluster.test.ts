@@ -133,6 +133,36 @@ describe('Redis store on a Redis Cluster', () => {
     );
   });
 
+  it('a primary that lost its data (FLUSHALL there) is seen by its missing marker: a new epoch above its tokens', async () => {
+    const store = await open();
+    const resets: StoreReset[] = [];
+    store.onReset((r) => resets.push(r));
+    const c = await sharedRedisCluster();
+    const epochOwner = await c.primaryOfSlot(keySlot(`${opened[opened.length - 1]!.prefix}:epoch`));
+    let key = '';
+    let owner: ClusterNode | null = null;
+    for (let i = 0; owner === null || owner.port === epochOwner.port; i++) {
+      key = `amnesia:${i}`;
+      owner = await c.primaryOfSlot(keySlot(lockKeys('x', key).inf));
+    }
+    const before = await store.tryAcquire({ key, owner: 'a', ttlMs: 60_000 });
+    if (!before.ok) throw new Error('no grant');
+    await call(owner, 'FLUSHALL');
+    await call(owner, 'CLIENT', 'KILL', 'TYPE', 'normal');
+    await waitUntil(
+      'the store reports the new epoch',
+      async () => {
+        await store.inspect(key).catch(() => null);
+        return resets.length > 0;
+      },
+      { timeoutMs: 20_000, everyMs: 100 },
+    );
+    const floor = resets[resets.length - 1]!.floor;
+    expect(floor).toBeGreaterThanOrEqual(before.lease.token);
+    const next = await store.tryAcquire({ key, owner: 'b', ttlMs: 60_000 });
+    expect(next.ok && next.lease.token > floor).toBe(true);
+  });
+
   it('a replica promoted by a failover is a new server: a new epoch above every token seen, reported as a reset', async () => {
     const store = await open();
     const resets: StoreReset[] = [];

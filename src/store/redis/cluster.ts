@@ -146,6 +146,14 @@ export class ClusterTopology {
     return key === undefined ? undefined : this.primaries().find((n) => nodeKey(n) === key);
   }
 
+  /** The lowest slot `node` serves as primary in the current slot map, or undefined. */
+  lowestSlotOf(node: Redis): number | undefined {
+    const c = this.client as unknown as { slots: (string[] | undefined)[] };
+    const key = nodeKey(node);
+    for (let s = 0; s < 16384; s++) if (c.slots[s]?.[0] === key) return s;
+    return undefined;
+  }
+
   isVerified(node: Redis): boolean {
     return this.verified.has(node);
   }

@@ -182,6 +182,7 @@ class RedisStore implements Store {
     const known = this.clusterServers;
     const v: ClusterVerified = await verifyCluster(
       topology,
+      this.prefix,
       this.epochKey,
       randomUUID(),
       this.allowVolatile,
@@ -199,8 +200,8 @@ class RedisStore implements Store {
       v.outcome === 'created'
         ? 'the epoch record was missing (the store lost its state)'
         : v.outcome === 'bumped'
-          ? `a promoted Redis Cluster primary answers (node ${v.promoted.join(', ')}): ` +
-            'replication is asynchronous, its data may be older than what was acknowledged'
+          ? `a Redis Cluster primary was promoted from a replica or lost its data (promoted: ` +
+            `${v.promoted.join(', ') || 'none'}): its data may be older than what was acknowledged`
           : 'this process saw tokens above the floor';
     this.resets.epoch(v.id, v.floor, why);
   }

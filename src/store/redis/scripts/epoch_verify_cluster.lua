@@ -12,13 +12,21 @@
 -- the same node restarted from its AOF, appendfsync always checked before this runs) is
 -- recorded and the epoch kept.
 --
+-- A primary the record knows whose marker is missing lost its data (its AOF removed, its
+-- slots handed to an empty node): the same as a promoted replica, a new epoch. Each primary
+-- holds a marker key in the lowest slot it serves (<prefix>:node:{tag}), set by the caller
+-- after this script (so a crash in between costs a spare new epoch, never a missed one).
+-- A primary the record does not know, when the record knows others, is a new epoch too
+-- unless it has its marker: its slots may have come from a node that lost them.
+--
 -- The record is one key in one slot: a failover of the primary that holds it is itself a
 -- promoted primary, seen here, and bumps the epoch before anything reads the floor there.
 --
 -- KEYS[1] epoch   hash    id, floor, srv:<node id> -> run_id; not hash-tagged (global)
 -- ARGV[1] newId           id for a created, bumped or raised epoch
 -- ARGV[2] atLeast         '' or a token string the floor must reach
--- ARGV[3..] triples       node id, run_id, promoted ('1' or '0'), per primary
+-- ARGV[3..] quadruples    node id, run_id, promoted ('1' or '0'), marker ('1' present,
+--                         '0' missing), per primary
 --
 -- Returns (strings): {id, floor, outcome}; outcome 'same', 'created', 'restarted'
 -- (a primary recorded with another run_id or not at all, none promoted), 'bumped', 'raised'
@@ -38,11 +46,17 @@ local function above(f)
   return f
 end
 
+local known = false
+for _, f in ipairs(redis.call('HKEYS', epochKey)) do
+  if string.sub(f, 1, 4) == 'srv:' then known = true; break end
+end
+
 local promotedNew, recorded = false, false
-for i = 3, #ARGV, 3 do
-  local nodeId, runId, promoted = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+for i = 3, #ARGV, 4 do
+  local nodeId, runId, promoted, marker = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local field = 'srv:' .. nodeId
   local was = redis.call('HGET', epochKey, field)
+  if marker ~= '1' and (was or known) then promotedNew = true end
   if was ~= runId then
     if promoted == '1' then promotedNew = true end
     redis.call('HSET', epochKey, field, runId)
