@@ -87,6 +87,9 @@ describe('config', () => {
       /"a:x" is not host:port/,
     );
     expect(() => resolveConfig({ flags: { store: 'redis+cluster://u:pw@' } })).toThrow(/names no node/);
+    expect(() => resolveConfig({ flags: { store: 'redis+cluster://a:1/0' } })).toThrow(
+      /no path, query or fragment/,
+    );
     // An etcd store names every member with its client port, and nothing else.
     expect(() => resolveConfig({ flags: { store: 'etcd://h' } })).toThrow(/--store: .*"h" is not host:port/);
     expect(() => resolveConfig({ flags: { store: 'etcd://a:1,,b:2' } })).toThrow(/"" is not host:port/);

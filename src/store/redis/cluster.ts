@@ -21,8 +21,6 @@ import { Cluster, Command, type ClusterOptions, type Redis } from 'ioredis';
 import { StoreUnavailableError } from '../../errors.js';
 import { CLIENT_OPTIONS, COMMAND_TIMEOUT_MS, CONNECT_TIMEOUT_MS } from './options.js';
 
-export const CLUSTER_SCHEMES = ['redis+cluster://', 'rediss+cluster://'] as const;
-
 export interface ClusterSpec {
   nodes: { host: string; port: number }[];
   username?: string;
@@ -32,8 +30,8 @@ export interface ClusterSpec {
 
 /** `redis+cluster://[user:pass@]host:port,host:port…` (rediss+ for TLS), or why not. */
 export function parseClusterSpec(spec: string): ClusterSpec | string {
-  const m = /^(rediss?)\+cluster:\/\/(?:([^@/]*)@)?([^/?#]*)\/?(?:[?#].*)?$/i.exec(spec);
-  if (m === null) return 'expected redis+cluster://host:port[,host:port…]';
+  const m = /^(rediss?)\+cluster:\/\/(?:([^@/]*)@)?([^/?#]*)\/?$/i.exec(spec);
+  if (m === null) return 'expected redis+cluster://host:port[,host:port…] (no path, query or fragment)';
   const tls = m[1]?.toLowerCase() === 'rediss';
   const hosts = (m[3] ?? '').split(',').filter((h) => h !== '');
   if (hosts.length === 0) return 'names no node (expected redis+cluster://host:port[,host:port…])';

@@ -207,49 +207,47 @@ class RedisStore implements Store {
   }
 
   private async verifyServer(conn: ServerConnection): Promise<void> {
-    {
-      try {
-        this.durability = await checkDurability(conn, this.allowVolatile);
-      } catch (err) {
-        if (!(err instanceof RedisDurabilityError)) throw err;
-        throw new StoreUnavailableError(`redis store unavailable: ${err.message}`, { cause: err });
-      }
-      const runId = infoField(await this.redis.info('server'), 'run_id');
-      if (runId === null) throw new Error('INFO server has no run_id');
-      const replication = await this.redis.info('replication');
-      const role = infoField(replication, 'role');
-      if (role !== 'master') {
-        throw new StoreUnavailableError(
-          `redis store unavailable: ${this.conn.where} is a ${role ?? 'server of unknown role'}, not a primary`,
-        );
-      }
-      // A master that took over from another one (a promoted replica) keeps that one's id here.
-      const replid2 = infoField(replication, 'master_replid2');
-      const promoted = replid2 !== null && !/^0+$/.test(replid2);
-      const moved = this.serverId !== null && this.serverId !== runId;
-      const atLeast = moved && promoted && this.resets.highest > 0n ? formatToken(this.resets.highest) : '';
-      const reply = await this.redis.fg_epoch_verify_v1(
-        this.epochKey,
-        randomUUID(),
-        runId,
-        atLeast,
-        promoted ? '1' : '0',
-      );
-      const { id, floor, outcome } = parseEpochVerify(reply);
-      this.fence.floorChanged();
-      const was = this.serverId;
-      this.serverId = runId;
-      this.verified = true;
-      this.failure = null;
-      const why =
-        outcome === 'created'
-          ? 'the epoch record was missing (the store lost its state)'
-          : outcome === 'bumped'
-            ? `a promoted Redis server answers (run_id ${runId}, was ${was ?? 'unknown to this process'}): ` +
-              'replication is asynchronous, its data may be older than what was acknowledged'
-            : 'this process saw tokens above the floor';
-      this.resets.epoch(id, floor, why);
+    try {
+      this.durability = await checkDurability(conn, this.allowVolatile);
+    } catch (err) {
+      if (!(err instanceof RedisDurabilityError)) throw err;
+      throw new StoreUnavailableError(`redis store unavailable: ${err.message}`, { cause: err });
     }
+    const runId = infoField(await this.redis.info('server'), 'run_id');
+    if (runId === null) throw new Error('INFO server has no run_id');
+    const replication = await this.redis.info('replication');
+    const role = infoField(replication, 'role');
+    if (role !== 'master') {
+      throw new StoreUnavailableError(
+        `redis store unavailable: ${this.conn.where} is a ${role ?? 'server of unknown role'}, not a primary`,
+      );
+    }
+    // A master that took over from another one (a promoted replica) keeps that one's id here.
+    const replid2 = infoField(replication, 'master_replid2');
+    const promoted = replid2 !== null && !/^0+$/.test(replid2);
+    const moved = this.serverId !== null && this.serverId !== runId;
+    const atLeast = moved && promoted && this.resets.highest > 0n ? formatToken(this.resets.highest) : '';
+    const reply = await this.redis.fg_epoch_verify_v1(
+      this.epochKey,
+      randomUUID(),
+      runId,
+      atLeast,
+      promoted ? '1' : '0',
+    );
+    const { id, floor, outcome } = parseEpochVerify(reply);
+    this.fence.floorChanged();
+    const was = this.serverId;
+    this.serverId = runId;
+    this.verified = true;
+    this.failure = null;
+    const why =
+      outcome === 'created'
+        ? 'the epoch record was missing (the store lost its state)'
+        : outcome === 'bumped'
+          ? `a promoted Redis server answers (run_id ${runId}, was ${was ?? 'unknown to this process'}): ` +
+            'replication is asynchronous, its data may be older than what was acknowledged'
+          : 'this process saw tokens above the floor';
+    this.resets.epoch(id, floor, why);
   }
 
   /** The first verification (durability, identity), whose findings are only remembered. */
