@@ -202,4 +202,41 @@ describe('Redis store on a Redis Cluster', () => {
     const next = await store.tryAcquire({ key, owner: 'c', ttlMs: 60_000 });
     expect(next.ok && next.lease.token > epoch.floor).toBe(true);
   });
+
+  // Last: it kills a node of this file's cluster.
+  it('a watcher whose subscriber node is killed is subscribed again elsewhere and woken', async () => {
+    const store = await open();
+    const c = await sharedRedisCluster();
+    let wakes = 0;
+    const stop = await store.watch('sub:lock', () => wakes++);
+    try {
+      let host: ClusterNode | undefined;
+      for (const n of c.nodes) {
+        const list = String(await call(n, 'CLIENT', 'LIST').catch(() => ''));
+        if (/name=\S*subscriber\S*fencegate-watch/.test(list)) host = n;
+      }
+      if (host === undefined) throw new Error('no node holds the watcher subscriber');
+      await c.kill(host);
+      await waitUntil('the listeners are woken after the subscriber is lost', async () => wakes > 0, {
+        timeoutMs: 20_000,
+        everyMs: 100,
+      });
+      await c.waitOk();
+      // Messages reach the listener again: a release on the lock publishes.
+      await waitUntil(
+        'a release wakes the listener',
+        async () => {
+          const before = wakes;
+          const g = await store.tryAcquire({ key: 'sub:lock', owner: 'o', ttlMs: 5000 }).catch(() => null);
+          if (g?.ok !== true) return false;
+          await store.release('sub:lock', g.lease.leaseId).catch(() => null);
+          await new Promise((r) => setTimeout(r, 200));
+          return wakes > before;
+        },
+        { timeoutMs: 30_000, everyMs: 100 },
+      );
+    } finally {
+      stop();
+    }
+  });
 });
