@@ -117,6 +117,10 @@ function track(client: Redis | Cluster, where: string, topology: ClusterTopology
   client.on('error', (err: Error) => {
     last = err;
   });
+  // A Cluster client reports a node's connection errors apart from its own.
+  client.on('node error', (err: Error) => {
+    last = err;
+  });
   client.on('ready', () => {
     last = null;
   });
