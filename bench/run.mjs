@@ -43,7 +43,8 @@
  *
  * --only runs some rows and prints them without writing bench/RESULTS.md. Groups: direct,
  * embedded (its unfenced and fenced rows), postgres, etcd (a 3-member cluster: fenced, fenced with
- * every write asking the store, and two gateway processes at once against one), redis (fenced and unfenced on the Redis
+ * every write asking the store, and two gateway processes at once against one), rediscluster (a
+ * 3-primary Redis Cluster: fenced, and two gateway processes at once), redis (fenced and unfenced on the Redis
  * process), stale, sequencer, workers, latency (also measures the fenced Redis row: the second
  * rate is half of it; stale and workers do too, for their ratios), soak, pgkind, lockmem (gateway RSS after 10k and 200k distinct locks). The bare proxy
  * is always measured (every ratio's reference).
@@ -73,6 +74,7 @@ import lockMemory from './rows/lock-memory.mjs';
 import pgKind from './rows/pg-kind.mjs';
 import postgres from './rows/postgres.mjs';
 import redisFenced from './rows/redis-fenced.mjs';
+import redisCluster from './rows/redis-cluster.mjs';
 import redisProcess from './rows/redis-process.mjs';
 import redisUnfenced from './rows/redis-unfenced.mjs';
 import sequencer from './rows/sequencer.mjs';
@@ -88,6 +90,7 @@ const ROWS = [
   embedded,
   postgres,
   etcd,
+  redisCluster,
   redisProcess,
   redisFenced,
   redisUnfenced,
@@ -106,6 +109,7 @@ const GROUPS = [
   'embedded',
   'postgres',
   'etcd',
+  'rediscluster',
   'redis',
   'stale',
   'sequencer',

@@ -270,9 +270,9 @@ function checkTlsSettings(cfg: ServeConfig): void {
     );
   }
   for (const key of ['storeCa', 'storeCert'] as const) {
-    if (cfg[key] !== null && !/^(rediss|etcds):\/\//i.test(cfg.store)) {
+    if (cfg[key] !== null && !/^(rediss(\+cluster)?|etcds):\/\//i.test(cfg.store)) {
       throw new ConfigError(
-        `--${flagName(key)} applies to a rediss:// or etcds:// store; for Postgres put sslmode=verify-full&sslrootcert=FILE (and sslcert=, sslkey=) in the URL`,
+        `--${flagName(key)} applies to a rediss://, rediss+cluster:// or etcds:// store; for Postgres put sslmode=verify-full&sslrootcert=FILE (and sslcert=, sslkey=) in the URL`,
       );
     }
   }

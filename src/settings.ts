@@ -19,7 +19,7 @@ export interface HostPort {
 
 /** What each type of setting holds once parsed (src/config.ts parses them). */
 interface KindValue {
-  /** A store: a directory, postgres://…, redis://… or etcd://… (a known scheme). */
+  /** A store: a directory, postgres://…, redis://…, redis+cluster://… or etcd://… (a known scheme). */
   store: string;
   /** A non-empty string, mostly a file or directory. */
   path: string;
@@ -80,7 +80,7 @@ export const SETTINGS = {
     type: 'store',
     default: './.fencegate',
     defaultText: './.fencegate, embedded',
-    arg: 'DIR|postgres://…|redis://…|etcd://…',
+    arg: 'DIR|postgres://…|redis://…|redis+cluster://…|etcd://…',
     help: 'lock and fence store',
   },
   storeNamespace: {

@@ -1,10 +1,12 @@
 /**
- * Opens the store named by a --store value: `redis://…`/`rediss://…`, `postgres://…`/
- * `postgresql://…`, `etcd://host:port,…`/`etcds://…`, or a plain directory path for the embedded
- * store. Anything that looks like another scheme (`redis+cluster://…`, a typo) is refused:
- * read as a directory, it would silently give each gateway a fence of its own.
+ * Opens the store named by a --store value: `redis://…`/`rediss://…`,
+ * `redis+cluster://host:port,…` (Redis Cluster), `postgres://…`/`postgresql://…`,
+ * `etcd://host:port,…`/`etcds://…`, or a plain directory path for the embedded store.
+ * Anything that looks like another scheme (a typo) is refused: read as a directory, it
+ * would silently give each gateway a fence of its own.
  */
 import { parseEtcdSpec } from './etcd/spec.js';
+import { parseClusterSpec } from './redis/cluster.js';
 import { sslParamsProblem } from './sql/pg-ssl.js';
 import type { Store, StoreOptions } from './types.js';
 
@@ -13,6 +15,8 @@ export type { Store, StoreOptions } from './types.js';
 export const STORE_SCHEMES = [
   'redis://',
   'rediss://',
+  'redis+cluster://',
+  'rediss+cluster://',
   'postgres://',
   'postgresql://',
   'etcd://',
@@ -23,7 +27,7 @@ export const STORE_SCHEMES = [
 const SCHEME = /^[A-Za-z][A-Za-z0-9+.-]*:/;
 
 export function storeKindOf(spec: string): 'redis' | 'postgres' | 'etcd' | 'embedded' | null {
-  if (/^rediss?:\/\//i.test(spec)) return 'redis';
+  if (/^rediss?(\+cluster)?:\/\//i.test(spec)) return 'redis';
   if (/^etcds?:\/\//i.test(spec)) return 'etcd';
   if (/^postgres(ql)?:\/\//i.test(spec)) return 'postgres';
   if (SCHEME.test(spec)) return null;
@@ -37,6 +41,10 @@ export function checkStoreSpec(spec: string): string | null {
   if (kind === 'postgres') {
     const ssl = sslParamsProblem(spec);
     return ssl === null ? null : `"${redactStoreSpec(spec)}": ${ssl}`;
+  }
+  if (kind === 'redis' && /^rediss?\+cluster:/i.test(spec)) {
+    const cluster = parseClusterSpec(spec);
+    return typeof cluster === 'string' ? `"${redactStoreSpec(spec)}": ${cluster}` : null;
   }
   if (kind === 'etcd') {
     const etcd = parseEtcdSpec(spec);

@@ -77,7 +77,7 @@ describe('fencegate CLI', () => {
 
   it.each([
     ['serve', 'etcdv3://127.0.0.1:2379'],
-    ['serve', 'redis+cluster://127.0.0.1:7000,127.0.0.1:7001'],
+    ['serve', 'redis+sentinel://127.0.0.1:26379'],
     ['serve', 'reddis://127.0.0.1:6379'],
     ['serve', 'file:./data'],
     ['epoch', 'postgress://127.0.0.1/test'],

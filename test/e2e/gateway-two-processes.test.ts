@@ -1,6 +1,7 @@
 /**
  * Two `fencegate serve` processes sharing one store (a private durable redis-server,
- * the shared Postgres in a schema of its own, a private 3-member etcd cluster), in front of one slow sample
+ * the shared Postgres in a schema of its own, a private 3-member etcd cluster, a private
+ * Redis Cluster of 3 primaries with a replica each), in front of one slow sample
  * upstream. The fence and the drain barrier live in the store, so the ordering
  * promise holds across processes:
  *   (a) a lower-token write in flight through gateway 1 is not overtaken by a
@@ -29,6 +30,7 @@ import {
   startFencegate,
 } from '../helpers/e2e.js';
 import { startEtcdCluster } from '../helpers/etcd-cluster.js';
+import { startRedisCluster } from '../helpers/redis-cluster.js';
 import { startRedis, tempDir, type FencegateProcess, type RedisProcess } from '../helpers/procs.js';
 
 /** How long the sample upstream holds the lower-token write before applying it. */
@@ -61,6 +63,16 @@ const backends: Backend[] = [
     name: 'etcd',
     async setup() {
       const cluster = await startEtcdCluster();
+      return {
+        args: ['--store', cluster.spec, '--store-namespace', randomNamespace()],
+        cleanup: async () => cluster.stop(),
+      };
+    },
+  },
+  {
+    name: 'redis-cluster',
+    async setup() {
+      const cluster = await startRedisCluster();
       return {
         args: ['--store', cluster.spec, '--store-namespace', randomNamespace()],
         cleanup: async () => cluster.stop(),

@@ -1,7 +1,8 @@
 /**
  * The stores gateway integration tests run on: the in-memory reference store and
  * the real backends (Redis, embedded LMDB, Postgres, etcd on a private 3-member cluster
- * started once per test file: etcd-cluster.ts). FENCEGATE_GATEWAY_STORES
+ * started once per test file: etcd-cluster.ts, Redis Cluster on a private 3-primary
+ * cluster started once per test file: redis-cluster.ts). FENCEGATE_GATEWAY_STORES
  * selects (comma-separated; default: all). A selected store that cannot be opened fails
  * the tests; it is never skipped.
  */
@@ -51,6 +52,24 @@ const ALL: GatewayStoreFactory[] = [
     },
   },
   { name: 'postgres', open: () => postgresFixture() },
+  {
+    name: 'redis-cluster',
+    async open() {
+      const { openRedisStore } = await import('../../src/store/redis/store.js');
+      const { deleteClusterPrefix } = await import('./redis-cluster-seed.js');
+      const { sharedRedisCluster } = await import('./redis-cluster.js');
+      const { spec } = await sharedRedisCluster();
+      const prefix = `t${randomBytes(6).toString('hex')}`;
+      const store = await openRedisStore(spec, { namespace: prefix });
+      return {
+        store,
+        async close() {
+          await store.close();
+          await deleteClusterPrefix(spec, prefix);
+        },
+      };
+    },
+  },
   {
     name: 'etcd',
     async open() {

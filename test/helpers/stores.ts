@@ -2,7 +2,8 @@
  * The stores every contract test runs on. Each harness gets a fresh namespace
  * (Redis key prefix, Postgres schema, embedded directory) and removes it after.
  * The URLs can be pointed elsewhere with FENCEGATE_TEST_REDIS / FENCEGATE_TEST_POSTGRES.
- * etcd runs on a private 3-member cluster the test process starts (etcd-cluster.ts).
+ * etcd runs on a private 3-member cluster the test process starts (etcd-cluster.ts), and
+ * Redis Cluster on a private 3-primary cluster with a replica each (redis-cluster.ts).
  */
 import { rm } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
@@ -24,7 +25,7 @@ export interface Harness {
 }
 
 export interface StoreFixture {
-  name: 'embedded' | 'postgres' | 'redis' | 'etcd';
+  name: 'embedded' | 'postgres' | 'redis' | 'redis-cluster' | 'etcd';
   open(): Promise<Harness>;
 }
 
@@ -115,6 +116,29 @@ export const STORE_FIXTURES: StoreFixture[] = [
           for (const o of others) await o.close();
           await store.close();
           await deleteRedisPrefix(REDIS_URL, prefix);
+        },
+      };
+    },
+  },
+  {
+    name: 'redis-cluster',
+    async open() {
+      const { openRedisStore } = await import('../../src/store/redis/store.js');
+      const { seedClusterIssued, deleteClusterPrefix } = await import('./redis-cluster-seed.js');
+      const { sharedRedisCluster } = await import('./redis-cluster.js');
+      const { spec } = await sharedRedisCluster();
+      const prefix = uniqueName('fgt');
+      const open = () => openRedisStore(spec, { namespace: prefix });
+      const store = await open();
+      const others: Store[] = [];
+      return {
+        store,
+        seedIssued: (key, token) => seedClusterIssued(spec, prefix, key, token),
+        another: async () => others[others.push(await open()) - 1]!,
+        async close() {
+          for (const o of others) await o.close();
+          await store.close();
+          await deleteClusterPrefix(spec, prefix);
         },
       };
     },

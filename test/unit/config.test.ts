@@ -74,11 +74,22 @@ describe('config', () => {
     ]) {
       expect(resolveConfig({ flags: { store } }).store).toBe(store);
     }
-    for (const store of ['etcdv3://h:2379', 'redis+cluster://a:1,b:2', 'Redis:/x', 'file:data', 'c:foo']) {
+    for (const store of ['etcdv3://h:2379', 'redis+sentinel://a:1', 'Redis:/x', 'file:data', 'c:foo']) {
       expect(() => resolveConfig({ flags: { store } })).toThrow(/--store: .*unknown store scheme/);
     }
     expect(() => resolveConfig({ env: { FENCEGATE_STORE: 'etcdv3://h' } })).toThrow(
       /environment FENCEGATE_STORE: .*unknown store scheme "etcdv3:"/,
+    );
+    // A Redis Cluster names its nodes (any of them; ioredis finds the rest).
+    expect(resolveConfig({ flags: { store: 'redis+cluster://a:7000,b:7001' } }).store).toBe(
+      'redis+cluster://a:7000,b:7001',
+    );
+    expect(() => resolveConfig({ flags: { store: 'redis+cluster://a:x' } })).toThrow(
+      /"a:x" is not host:port/,
+    );
+    expect(() => resolveConfig({ flags: { store: 'redis+cluster://u:pw@' } })).toThrow(/names no node/);
+    expect(() => resolveConfig({ flags: { store: 'redis+cluster://a:1/0' } })).toThrow(
+      /no path, query or fragment/,
     );
     // An etcd store names every member with its client port, and nothing else.
     expect(() => resolveConfig({ flags: { store: 'etcd://h' } })).toThrow(/--store: .*"h" is not host:port/);

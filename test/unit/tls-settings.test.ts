@@ -64,12 +64,12 @@ describe('TLS config settings', () => {
       '/ca.pem',
     );
     expect(bad({ storeCa: '/ca.pem', store: 'etcd://db:2379' })).toThrow(
-      '--store-ca applies to a rediss:// or etcds://',
+      '--store-ca applies to a rediss://, rediss+cluster:// or etcds://',
     );
     expect(bad({ storeCert: '/c.pem', store: 'etcds://db:2379' })).toThrow('--store-cert needs --store-key');
     expect(bad({ storeKey: '/k.pem', store: 'rediss://db:6380' })).toThrow('--store-key needs --store-cert');
     expect(bad({ storeCert: '/c.pem', storeKey: '/k.pem', store: 'redis://db:6379' })).toThrow(
-      '--store-cert applies to a rediss:// or etcds://',
+      '--store-cert applies to a rediss://, rediss+cluster:// or etcds://',
     );
     expect(
       resolveConfig({ flags: { storeCert: '/c.pem', storeKey: '/k.pem', store: 'etcds://db:2379' } }),

@@ -4,37 +4,25 @@
  * automatic re-sending of commands whose reply was lost (a re-sent acquire could grant
  * twice), and reconnection in the background forever.
  */
-import { Redis, type RedisOptions } from 'ioredis';
+import { type Cluster, Redis, type RedisOptions } from 'ioredis';
+import { CLIENT_OPTIONS, COMMAND_TIMEOUT_MS, OPEN_DEADLINE_MS } from './options.js';
 import { StoreUnavailableError } from '../../errors.js';
+import type { ClusterTopology } from './cluster.js';
 
-export const COMMAND_TIMEOUT_MS = 2000;
-export const CONNECT_TIMEOUT_MS = 2000;
-/** open() gives up after this long even if the socket neither connects nor fails. */
-export const OPEN_DEADLINE_MS = 4000;
-
-export const CLIENT_OPTIONS: RedisOptions = {
-  lazyConnect: true,
-  enableOfflineQueue: false,
-  maxRetriesPerRequest: 1,
-  autoResendUnfulfilledCommands: false,
-  commandTimeout: COMMAND_TIMEOUT_MS,
-  connectTimeout: CONNECT_TIMEOUT_MS,
-  retryStrategy: (times: number) => Math.min(50 * times, 1000),
-  // Each command is written when it is called. ioredis's auto-pipelining would gather a
-  // tick's commands into one write, but builds a Pipeline object per tick (it copies every
-  // defined script onto it): on the fenced path, where a turn's calls are already one
-  // script call (fence-batch.ts, which writes it and its epoch re-read in one corked
-  // write), it cost more gateway CPU than the system calls it saved (ADR 0014, addendum).
-  enableAutoPipelining: false,
-};
+export { CLIENT_OPTIONS, COMMAND_TIMEOUT_MS, CONNECT_TIMEOUT_MS, OPEN_DEADLINE_MS } from './options.js';
 
 /** A client plus the last connection-level error it reported (for messages). */
 export interface Connection {
-  client: Redis;
+  client: Redis | Cluster;
   /** Redacted URL, safe to print. */
   where: string;
   lastError(): Error | null;
+  /** Redis Cluster: the nodes, their verification gate (cluster.ts); null for one server. */
+  topology: ClusterTopology | null;
 }
+
+/** A connection to one server (not a cluster): durability and identity are read on it directly. */
+export type ServerConnection = Connection & { client: Redis };
 
 /** The URL with any password replaced by `***`. */
 export function redactUrl(url: string): string {
@@ -85,7 +73,8 @@ export function unavailable(conn: Connection, op: string, err: unknown): StoreUn
   // A socket the peer has reset can stop taking writes before ioredis has seen the close
   // (its status still says ready): ioredis then refuses the command at once, which must not
   // be reported as a timeout.
-  const writable = conn.client.stream?.writable !== false;
+  const stream = 'stream' in conn.client ? conn.client.stream : undefined;
+  const writable = stream?.writable !== false;
   const why = describeError(err, writable ? conn.client.status : 'closing');
   const extra = lastCode !== null && lastCode !== why ? `; last connection error ${lastCode}` : '';
   return new StoreUnavailableError(`redis store unavailable (${op} at ${conn.where}): ${why}${extra}`, {
@@ -94,24 +83,48 @@ export function unavailable(conn: Connection, op: string, err: unknown): StoreUn
 }
 
 /** Builds a client (not yet connected) that records its connection errors. */
-export function createConnection(url: string, overrides: RedisOptions = {}): Connection {
-  return track(new Redis(url, { ...CLIENT_OPTIONS, ...overrides }), redactUrl(url));
+export function createConnection(url: string, overrides: RedisOptions = {}): ServerConnection {
+  const client = new Redis(url, { ...CLIENT_OPTIONS, ...overrides });
+  return { ...track(client, redactUrl(url), null), client };
 }
 
-/** A second connection with the same options (e.g. the pub/sub subscriber), not yet connected. */
+/** A connection to a Redis Cluster through its topology (cluster.ts), not yet connected. */
+export function clusterConnection(topology: ClusterTopology, where: string): Connection {
+  return track(topology.client, where, topology);
+}
+
+/**
+ * A second connection with the same options (e.g. the pub/sub subscriber), not yet
+ * connected. On a cluster, a second Cluster client without the gate: it carries pub/sub
+ * only, which reads and writes no data.
+ */
 export function duplicateConnection(conn: Connection, overrides: RedisOptions = {}): Connection {
-  return track(conn.client.duplicate({ ...overrides, lazyConnect: true }), conn.where);
+  const c = conn.client;
+  if (c instanceof Redis) return track(c.duplicate({ ...overrides, lazyConnect: true }), conn.where, null);
+  const opts = c.options;
+  return track(
+    c.duplicate(undefined, {
+      lazyConnect: true,
+      redisOptions: { ...opts.redisOptions, ...overrides },
+    }),
+    conn.where,
+    null,
+  );
 }
 
-function track(client: Redis, where: string): Connection {
+function track(client: Redis | Cluster, where: string, topology: ClusterTopology | null): Connection {
   let last: Error | null = null;
   client.on('error', (err: Error) => {
+    last = err;
+  });
+  // A Cluster client reports a node's connection errors apart from its own.
+  client.on('node error', (err: Error) => {
     last = err;
   });
   client.on('ready', () => {
     last = null;
   });
-  return { client, where, lastError: () => last };
+  return { client, where, lastError: () => last, topology };
 }
 
 /**

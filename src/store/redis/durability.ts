@@ -7,7 +7,7 @@
  * drain barrier).
  */
 import type { Redis } from 'ioredis';
-import { type Connection, unavailable } from './connection.js';
+import { type ServerConnection, unavailable } from './connection.js';
 
 export const VOLATILE_FLAG = '--allow-volatile-redis';
 
@@ -50,7 +50,7 @@ export function infoField(info: string, name: string): string | null {
   return m?.[1] ?? null;
 }
 
-async function readSettings(conn: Connection): Promise<Settings> {
+async function readSettings(conn: ServerConnection): Promise<Settings> {
   const client = conn.client;
   try {
     const appendonly = await configGet(client, 'appendonly');
@@ -81,7 +81,7 @@ async function readSettings(conn: Connection): Promise<Settings> {
  * RedisDurabilityError saying exactly what is wrong, unless allowVolatile, in which case
  * the returned detail says it.
  */
-export async function checkDurability(conn: Connection, allowVolatile: boolean): Promise<Durability> {
+export async function checkDurability(conn: ServerConnection, allowVolatile: boolean): Promise<Durability> {
   const s = await readSettings(conn);
   const problems: string[] = [];
   const notes: string[] = [];

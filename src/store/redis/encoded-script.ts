@@ -16,7 +16,7 @@
  * ran, and the caller decides whether to resend (FenceBatcher does, once).
  */
 import { createHash } from 'node:crypto';
-import { Command, type Redis } from 'ioredis';
+import { type Cluster, Command, type Redis } from 'ioredis';
 
 /** Arguments encoded as RESP bulk strings, and how many. */
 export class RespArgs {
@@ -51,9 +51,13 @@ export class EncodedScript {
     this.shaHead = '$7\r\nevalsha\r\n$40\r\n' + this.sha + '\r\n';
   }
 
-  /** Runs the script; `args` are numkeys, the KEYS and the ARGV, as EVALSHA takes them. */
-  call(redis: Redis, args: RespArgs): Promise<unknown> {
-    const command = new EncodedCall(this, '*' + (args.count + 2) + '\r\n', args.text);
+  /**
+   * Runs the script; `args` are numkeys, the KEYS and the ARGV, as EVALSHA takes them.
+   * `slot`: the hash slot of its keys, by which a Redis Cluster client routes it (the
+   * command carries no parsed arguments to find it from).
+   */
+  call(redis: Redis | Cluster, args: RespArgs, slot?: number): Promise<unknown> {
+    const command = new EncodedCall(this, '*' + (args.count + 2) + '\r\n', args.text, slot);
     void redis.sendCommand(command);
     return (command.promise as Promise<unknown>).catch((err: unknown) => {
       if (isNoScript(err) && command.socket !== null) this.loaded.delete(command.socket);
@@ -78,8 +82,13 @@ class EncodedCall extends Command {
     private readonly script: EncodedScript,
     readonly head: string,
     readonly body: string,
+    private readonly keySlot: number | undefined,
   ) {
     super('evalsha', [], { replyEncoding: 'utf8' });
+  }
+
+  override getSlot(): number {
+    return this.keySlot ?? (null as unknown as number);
   }
 
   override toWritable(socket: object): string {

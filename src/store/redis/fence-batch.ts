@@ -16,6 +16,14 @@
  * the floor passed, the admissions ran with the current floor; otherwise each admission is
  * told so (`current: false`) and RedisStore.admit undoes and redoes it. With no floor read
  * yet (start, or after a change), the epoch is read first and the batch sent after it.
+ *
+ * On a Redis Cluster (`slotOf` given) a turn's operations are split by hash slot, one
+ * script call per slot (a script's keys must share one slot), and the epoch record lives
+ * on another primary than most locks: two connections, no order between them. So the
+ * floor is read again only once the batch's reply has arrived. That read runs after the
+ * admissions ran (they ran before their reply was sent), so it shows the floor as it was
+ * at or after them: the same argument, with time in place of the connection's order
+ * (docs/adr/0021-redis-cluster.md).
  */
 import type { AdmitResult } from '../types.js';
 import type { LockKeys } from './keys.js';
@@ -52,6 +60,9 @@ class Batch {
   readonly settles: Settle[] = [];
   admits = 0;
   private readonly positions = new Map<string, string>();
+
+  /** `slot`: the hash slot of every key of the batch (a cluster), else undefined. */
+  constructor(readonly slot?: number) {}
 
   /** The lock's 1-based position in KEYS (four keys each), as an ARGV string. */
   lock(k: LockKeys): string {
@@ -93,7 +104,9 @@ export const FINISH_LINGER_MS = 2;
 export class FenceBatcher {
   /** The global epoch floor as last read; null: read it before the next admissions. */
   private floor: string | null = null;
-  private pending: Batch | null = null;
+  /** This turn's batches, by hash slot (one batch, under slot -1, on a single server). */
+  private pending: Map<number, Batch> | null = null;
+  private pendingAdmits = 0;
   /** Armed while the pending batch holds finishes only; an admission flushes at once instead. */
   private linger: NodeJS.Timeout | null = null;
   private immediate = false;
@@ -102,13 +115,15 @@ export class FenceBatcher {
    * grows meanwhile: under load a script call carries more writes, and Redis (one AOF
    * fsync per turn of its event loop) syncs less often per write. Idle, nothing waits.
    */
-  private sending = false;
+  private sending = 0;
 
   constructor(
     private readonly redis: FencegateRedis,
     private readonly epochKey: string,
     /** Reads the epoch's floor (recreating a lost record): the slow path. */
     private readonly readFloor: () => Promise<string>,
+    /** A Redis Cluster: the hash slot of a lock's keys. null: one server. */
+    private readonly slotOf: ((k: LockKeys) => number) | null = null,
   ) {}
 
   admit(
@@ -120,7 +135,7 @@ export class FenceBatcher {
     record: boolean | 'shadow',
     boundMs: number,
   ): Promise<BatchedAdmit> {
-    const b = this.batch(false);
+    const b = this.batch(k, false);
     const ops = b.ops;
     ops.push('a');
     ops.push(b.lock(k));
@@ -131,6 +146,7 @@ export class FenceBatcher {
     ops.push(record === 'shadow' ? 's' : record ? '1' : '0');
     ops.push(String(boundMs));
     b.admits++;
+    this.pendingAdmits++;
     if (!this.immediate) {
       this.immediate = true;
       setImmediate(this.flush);
@@ -140,7 +156,7 @@ export class FenceBatcher {
 
   /** Removes an in-flight entry; true when it existed. */
   finish(k: LockKeys, requestId: string): Promise<boolean> {
-    const b = this.batch(true);
+    const b = this.batch(k, true);
     const ops = b.ops;
     ops.push('f');
     ops.push(b.lock(k));
@@ -155,16 +171,22 @@ export class FenceBatcher {
 
   /** Sends what is pending now, even behind a batch in flight (the store is closing). */
   flushNow(): void {
-    this.sending = false;
+    this.sending = 0;
     this.flush();
   }
 
-  /** The pending batch; a new one begun by a finish waits a little for admissions. */
-  private batch(byFinish: boolean): Batch {
-    let b = this.pending;
-    if (b === null) {
-      b = this.pending = new Batch();
+  /** The pending batch of k's slot; a new turn begun by a finish waits a little for admissions. */
+  private batch(k: LockKeys, byFinish: boolean): Batch {
+    let turn = this.pending;
+    if (turn === null) {
+      turn = this.pending = new Map();
       if (byFinish) this.linger = setTimeout(this.lingered, FINISH_LINGER_MS);
+    }
+    const slot = this.slotOf === null ? -1 : this.slotOf(k);
+    let b = turn.get(slot);
+    if (b === undefined) {
+      b = new Batch(slot < 0 ? undefined : slot);
+      turn.set(slot, b);
     }
     return b;
   }
@@ -176,43 +198,86 @@ export class FenceBatcher {
 
   /** The batch in flight was answered (or failed): send what gathered meanwhile, if due. */
   private readonly sent = (): void => {
-    this.sending = false;
-    const b = this.pending;
+    if (this.sending > 0) this.sending--;
+    if (this.sending > 0) return; // the rest of the turn's batches
     // Admissions go now; finishes alone once their linger is over (or it never began).
-    if (b !== null && (b.admits > 0 || this.linger === null)) this.flush();
+    if (this.pending !== null && (this.pendingAdmits > 0 || this.linger === null)) this.flush();
   };
 
   private readonly flush = (): void => {
     this.immediate = false;
-    if (this.sending) return; // sent() sends it
-    const b = this.pending;
+    if (this.sending > 0) return; // sent() sends it
+    const turn = this.pending;
+    const admits = this.pendingAdmits;
     this.pending = null;
+    this.pendingAdmits = 0;
     if (this.linger !== null) {
       clearTimeout(this.linger);
       this.linger = null;
     }
-    if (b === null) return;
-    this.sending = true;
+    if (turn === null) return;
+    const batches = [...turn.values()];
+    this.sending = batches.length;
     const floor = this.floor;
-    if (b.admits === 0) {
+    if (admits === 0) {
       // Finishes only: no floor involved ('0' is below every floor, and unused).
-      this.send(b, '0', false);
+      for (const b of batches) this.send(b, '0', false);
     } else if (floor !== null) {
-      this.send(b, floor, true);
+      for (const b of batches) this.send(b, floor, b.admits > 0);
     } else {
-      // The epoch first (start, or after the floor changed), then the batch behind it.
+      // The epoch first (start, or after the floor changed), then the batches behind it.
       this.readFloor().then(
         (read) => {
           this.floor = read;
-          this.send(b, read, false);
+          for (const b of batches) this.send(b, read, false);
         },
         (err: unknown) => {
-          this.sent();
-          fail(b, err);
+          for (const b of batches) {
+            this.sent();
+            fail(b, err);
+          }
         },
       );
     }
   };
+
+  /**
+   * A cluster's batch: the script call routed to its slot's primary, and the floor read
+   * again once its reply arrived (the ordering argument in this module's header).
+   */
+  private sendThenReread(b: Batch, floor: string, withReread: boolean, resent: boolean): void {
+    let reply: Promise<unknown>;
+    try {
+      reply = FENCE_BATCH.call(this.redis, b.args(floor), b.slot);
+    } catch (err) {
+      this.sent();
+      fail(b, err);
+      return;
+    }
+    reply.then(
+      async (value) => {
+        let current: boolean | Error = true;
+        if (withReread) {
+          try {
+            current = ((await this.redis.hmget(this.epochKey, 'floor'))[0] ?? null) === floor;
+            if (!current && this.floor === floor) this.floor = null;
+          } catch (err) {
+            current = err instanceof Error ? err : new Error(String(err));
+          }
+        }
+        this.sent();
+        settle(b, value, current);
+      },
+      (err: unknown) => {
+        if (!resent && isNoScript(err)) {
+          this.send(b, floor, b.admits > 0, true);
+          return;
+        }
+        this.sent();
+        fail(b, err);
+      },
+    );
+  }
 
   /**
    * Sends the batch with `floor`; with `withReread`, the epoch's floor is read right behind
@@ -221,10 +286,15 @@ export class FenceBatcher {
    * with the source, and with its admissions' floor read again behind it.
    */
   private send(b: Batch, floor: string, withReread: boolean, resent = false): void {
+    if (this.slotOf !== null) {
+      this.sendThenReread(b, floor, withReread, resent);
+      return;
+    }
     let reply: Promise<unknown>;
     let reread: Promise<(string | null)[]> | null = null;
     // Both commands in one socket write (the connection does not auto-pipeline).
-    const stream = this.redis.stream as { cork?: () => void; uncork?: () => void } | undefined;
+    const stream = ('stream' in this.redis ? this.redis.stream : undefined) as
+      { cork?: () => void; uncork?: () => void } | undefined;
     stream?.cork?.();
     try {
       reply = FENCE_BATCH.call(this.redis, b.args(floor));

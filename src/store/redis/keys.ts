@@ -17,6 +17,8 @@
  *                                      its own key, not a lock's: a request may write several
  *                                      locks or none, and each script touches this one key)
  *   <prefix>:gateways          hash    sessionId -> '<beat> <ttlMs>' (global, not tagged)
+ *   <prefix>:node:{n<i>}       string  Redis Cluster only: a primary's marker, in the lowest slot
+ *                                      it serves (cluster-verify.ts); gone with its data
  *
  * The tag is the lock key with `%`, `{` and `}` percent-escaped: readable for operators
  * (`fg:{order:42}:lease`), reversible, and free of braces, so a key such as `a}b{c`

@@ -190,12 +190,15 @@ export function parseEpoch(reply: unknown, op: string): { id: string; floor: Fen
 }
 
 /** fg_epoch_verify_v1's answer: the epoch now and what the check did. */
-export function parseEpochVerify(reply: unknown): {
+export function parseEpochVerify(
+  reply: unknown,
+  script = 'fg_epoch_verify_v1',
+): {
   id: string;
   floor: FencingToken;
   outcome: 'same' | 'created' | 'adopted' | 'restarted' | 'bumped' | 'raised';
 } {
-  const r = new ReplyReader(reply, 'fg_epoch_verify_v1');
+  const r = new ReplyReader(reply, script);
   const outcome = r.str(2);
   if (
     outcome !== 'same' &&

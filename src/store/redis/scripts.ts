@@ -9,7 +9,7 @@
  * from src/ (tests) and dist/ (the build copies .lua files).
  */
 import { readFileSync } from 'node:fs';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 
 /**
  * Script name -> [file, number of KEYS]. 'encoded': not registered on the client; called
@@ -36,6 +36,8 @@ export const SCRIPTS = {
   fg_epoch_init_v1: ['epoch_init.lua', 1],
   fg_epoch_bump_v1: ['epoch_bump.lua', 1],
   fg_epoch_verify_v1: ['epoch_verify.lua', 1],
+  // Run by the cluster's verification on the epoch's primary before it is verified (cluster.ts).
+  fg_epoch_verify_cluster_v1: ['epoch_verify_cluster.lua', 'encoded'],
 } as const satisfies Record<string, readonly [string, number | 'encoded']>;
 
 export type ScriptName = keyof typeof SCRIPTS;
@@ -96,7 +98,7 @@ export interface FencegateCommands {
   ): Promise<unknown>;
 }
 
-export type FencegateRedis = Redis & FencegateCommands;
+export type FencegateRedis = (Redis | Cluster) & FencegateCommands;
 
 function readScript(file: string): string {
   return readFileSync(new URL(`./scripts/${file}`, import.meta.url), 'utf8');
@@ -124,7 +126,7 @@ export function libSource(): string {
 }
 
 /** Registers every script but the encoded ones on the client (idempotent per client). */
-export function defineScripts(client: Redis): FencegateRedis {
+export function defineScripts(client: Redis | Cluster): FencegateRedis {
   for (const [name, [, numberOfKeys]] of Object.entries(SCRIPTS) as [
     ScriptName,
     readonly [string, number | 'encoded'],

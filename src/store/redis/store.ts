@@ -5,6 +5,7 @@
  * Redis clock inside the scripts. See docs/stores-redis.md.
  */
 import { randomUUID } from 'node:crypto';
+import type { Redis } from 'ioredis';
 import { formatToken, parseToken, type FencingToken } from '../../tokens.js';
 import {
   deliveryBound as bound,
@@ -34,7 +35,16 @@ import type {
 } from '../types.js';
 import { StoreUnavailableError } from '../../errors.js';
 import { defaultNamespace, namespaceProblem } from '../namespace.js';
-import { type Connection, connect, createConnection, unavailable } from './connection.js';
+import {
+  type Connection,
+  type ServerConnection,
+  clusterConnection,
+  connect,
+  createConnection,
+  unavailable,
+} from './connection.js';
+import { ClusterTopology, keySlot, parseClusterSpec, redactClusterSpec } from './cluster.js';
+import { verifyCluster, type ClusterVerified } from './cluster-verify.js';
 import { type Durability, checkDurability, infoField, RedisDurabilityError } from './durability.js';
 import {
   channelOfInflight,
@@ -114,12 +124,19 @@ class RedisStore implements Store {
     this.watcher = new Watcher(conn);
     this.epochKey = epochKey(prefix);
     this.sessionsKey = sessionsKey(prefix);
-    this.fence = new FenceBatcher(redis, this.epochKey, async () =>
-      formatToken((await this.currentEpoch()).floor),
+    const topology = conn.topology;
+    this.fence = new FenceBatcher(
+      redis,
+      this.epochKey,
+      async () => formatToken((await this.currentEpoch()).floor),
+      topology === null ? null : (k) => keySlot(k.inf),
     );
-    conn.client.on('close', () => {
+    const lost = (): void => {
       this.verified = false;
-    });
+    };
+    // A cluster: a verified node's connection lost, or the primaries changed (cluster.ts).
+    if (topology !== null) topology.onChange(lost);
+    else conn.client.on('close', lost);
   }
 
   /**
@@ -144,48 +161,11 @@ class RedisStore implements Store {
 
   private async verify(): Promise<void> {
     try {
-      try {
-        this.durability = await checkDurability(this.conn, this.allowVolatile);
-      } catch (err) {
-        if (!(err instanceof RedisDurabilityError)) throw err;
-        throw new StoreUnavailableError(`redis store unavailable: ${err.message}`, { cause: err });
+      if (this.conn.topology !== null) {
+        await this.verifyCluster(this.conn.topology);
+        return;
       }
-      const runId = infoField(await this.redis.info('server'), 'run_id');
-      if (runId === null) throw new Error('INFO server has no run_id');
-      const replication = await this.redis.info('replication');
-      const role = infoField(replication, 'role');
-      if (role !== 'master') {
-        throw new StoreUnavailableError(
-          `redis store unavailable: ${this.conn.where} is a ${role ?? 'server of unknown role'}, not a primary`,
-        );
-      }
-      // A master that took over from another one (a promoted replica) keeps that one's id here.
-      const replid2 = infoField(replication, 'master_replid2');
-      const promoted = replid2 !== null && !/^0+$/.test(replid2);
-      const moved = this.serverId !== null && this.serverId !== runId;
-      const atLeast = moved && promoted && this.resets.highest > 0n ? formatToken(this.resets.highest) : '';
-      const reply = await this.redis.fg_epoch_verify_v1(
-        this.epochKey,
-        randomUUID(),
-        runId,
-        atLeast,
-        promoted ? '1' : '0',
-      );
-      const { id, floor, outcome } = parseEpochVerify(reply);
-      if (outcome === 'bumped') await this.forgetInflight(floor);
-      this.fence.floorChanged();
-      const was = this.serverId;
-      this.serverId = runId;
-      this.verified = true;
-      this.failure = null;
-      const why =
-        outcome === 'created'
-          ? 'the epoch record was missing (the store lost its state)'
-          : outcome === 'bumped'
-            ? `a promoted Redis server answers (run_id ${runId}, was ${was ?? 'unknown to this process'}): ` +
-              'replication is asynchronous, its data may be older than what was acknowledged'
-            : 'this process saw tokens above the floor';
-      this.resets.epoch(id, floor, why);
+      await this.verifyServer(this.conn as ServerConnection);
     } catch (err) {
       const error = unavailable(this.conn, 'verify', err);
       this.failure = { error, at: performance.now() };
@@ -194,20 +174,105 @@ class RedisStore implements Store {
   }
 
   /**
-   * After a promoted replica answered: the in-flight entries at or below the new floor are
-   * the replica's copy and are forgotten (fg_inflight_forget_v1 says why), lock by lock. New
-   * admissions are above the floor, so other processes admitting meanwhile lose nothing.
-   * As the Postgres store does after a restore (inflight_forget in queries.sql).
+   * After a promoted replica answered (on a cluster: a primary promoted or emptied): the
+   * in-flight entries at or below the new floor are the replica's copy and are forgotten
+   * (fg_inflight_forget_v1 says why), lock by lock, on every primary. New admissions are
+   * above the floor, so other processes admitting meanwhile lose nothing. As the Postgres
+   * store does after a restore (inflight_forget in queries.sql).
    */
   private async forgetInflight(floor: FencingToken): Promise<void> {
     const pattern = inflightPattern(this.prefix);
-    let cursor = '0';
-    do {
-      const [next, found] = await this.redis.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT);
-      for (const inf of found)
-        await this.redis.fg_inflight_forget_v1(inf, channelOfInflight(inf), formatToken(floor));
-      cursor = next;
-    } while (cursor !== '0');
+    const servers: Redis[] = this.conn.topology?.primaries() ?? [this.conn.client as Redis];
+    for (const server of servers) {
+      let cursor = '0';
+      do {
+        const [next, found] = await server.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT);
+        for (const inf of found)
+          await this.redis.fg_inflight_forget_v1(inf, channelOfInflight(inf), formatToken(floor));
+        cursor = next;
+      } while (cursor !== '0');
+    }
+  }
+
+  /**
+   * The primaries (node id -> run_id) this process verified last on a cluster: when one of
+   * them is replaced by a promoted replica, the new epoch is at least the highest token
+   * this process saw (as on one server, ADR 0019).
+   */
+  private clusterServers: Map<string, string> | null = null;
+
+  private async verifyCluster(topology: ClusterTopology): Promise<void> {
+    const known = this.clusterServers;
+    const v: ClusterVerified = await verifyCluster(
+      topology,
+      this.prefix,
+      this.epochKey,
+      randomUUID(),
+      this.allowVolatile,
+      (checks) => {
+        const replaced = checks.some((c) => c.promoted && known !== null && known.get(c.nodeId) !== c.runId);
+        return replaced && this.resets.highest > 0n ? formatToken(this.resets.highest) : '';
+      },
+    );
+    this.durability = v.durability;
+    if (v.outcome === 'bumped') await this.forgetInflight(v.floor);
+    this.fence.floorChanged();
+    this.clusterServers = v.servers;
+    this.verified = true;
+    this.failure = null;
+    const why =
+      v.outcome === 'created'
+        ? 'the epoch record was missing (the store lost its state)'
+        : v.outcome === 'bumped'
+          ? `a Redis Cluster primary was promoted from a replica or lost its data (promoted: ` +
+            `${v.promoted.join(', ') || 'none'}): its data may be older than what was acknowledged`
+          : 'this process saw tokens above the floor';
+    this.resets.epoch(v.id, v.floor, why);
+  }
+
+  private async verifyServer(conn: ServerConnection): Promise<void> {
+    try {
+      this.durability = await checkDurability(conn, this.allowVolatile);
+    } catch (err) {
+      if (!(err instanceof RedisDurabilityError)) throw err;
+      throw new StoreUnavailableError(`redis store unavailable: ${err.message}`, { cause: err });
+    }
+    const runId = infoField(await this.redis.info('server'), 'run_id');
+    if (runId === null) throw new Error('INFO server has no run_id');
+    const replication = await this.redis.info('replication');
+    const role = infoField(replication, 'role');
+    if (role !== 'master') {
+      throw new StoreUnavailableError(
+        `redis store unavailable: ${this.conn.where} is a ${role ?? 'server of unknown role'}, not a primary`,
+      );
+    }
+    // A master that took over from another one (a promoted replica) keeps that one's id here.
+    const replid2 = infoField(replication, 'master_replid2');
+    const promoted = replid2 !== null && !/^0+$/.test(replid2);
+    const moved = this.serverId !== null && this.serverId !== runId;
+    const atLeast = moved && promoted && this.resets.highest > 0n ? formatToken(this.resets.highest) : '';
+    const reply = await this.redis.fg_epoch_verify_v1(
+      this.epochKey,
+      randomUUID(),
+      runId,
+      atLeast,
+      promoted ? '1' : '0',
+    );
+    const { id, floor, outcome } = parseEpochVerify(reply);
+    if (outcome === 'bumped') await this.forgetInflight(floor);
+    this.fence.floorChanged();
+    const was = this.serverId;
+    this.serverId = runId;
+    this.verified = true;
+    this.failure = null;
+    const why =
+      outcome === 'created'
+        ? 'the epoch record was missing (the store lost its state)'
+        : outcome === 'bumped'
+          ? `a promoted Redis server answers (run_id ${runId}, was ${was ?? 'unknown to this process'}): ` +
+            'replication is asynchronous, its data may be older than what was acknowledged'
+          : 'this process saw tokens above the floor';
+    this.resets.epoch(id, floor, why);
   }
 
   /** The first verification (durability, identity), whose findings are only remembered. */
@@ -365,18 +430,22 @@ class RedisStore implements Store {
       const now = await this.now();
       if (limit === 0) return { locks: [], next: null, now };
       const candidates = new Set<string>();
-      for (const pattern of scanPatterns(this.prefix, query.prefix)) {
-        let cursor = '0';
-        let pages = 0;
-        do {
-          const [next, found] = await this.redis.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT);
-          for (const redisKey of found) {
-            const lock = lockKeyOf(this.prefix, redisKey);
-            if (lock !== null && lock.startsWith(query.prefix)) candidates.add(lock);
-          }
-          cursor = next;
-          pages += 1;
-        } while (cursor !== '0' && pages < MAX_SCAN_PAGES);
+      // On a cluster every primary holds a share of the keys: each is scanned.
+      const servers = this.conn.topology?.primaries() ?? [this.conn.client as Redis];
+      for (const server of servers) {
+        for (const pattern of scanPatterns(this.prefix, query.prefix)) {
+          let cursor = '0';
+          let pages = 0;
+          do {
+            const [next, found] = await server.scan(cursor, 'MATCH', pattern, 'COUNT', SCAN_COUNT);
+            for (const redisKey of found) {
+              const lock = lockKeyOf(this.prefix, redisKey);
+              if (lock !== null && lock.startsWith(query.prefix)) candidates.add(lock);
+            }
+            cursor = next;
+            pages += 1;
+          } while (cursor !== '0' && pages < MAX_SCAN_PAGES);
+        }
       }
       const after = query.after === null ? null : Buffer.from(query.after);
       const sorted = [...candidates]
@@ -631,42 +700,84 @@ class RedisStore implements Store {
 }
 
 /**
- * Opens the Redis store at `url` (redis:// or rediss://). Rejects with a one-line
- * StoreUnavailableError within a few seconds when Redis cannot be reached, and with
- * RedisDurabilityError when Redis lacks AOF `appendfsync always` (unless
- * opts.allowVolatileRedis). Creates the global epoch record when it is missing.
+ * Opens the Redis store at `url` (redis:// or rediss://, or redis+cluster://host:port,… for
+ * a Redis Cluster: cluster.ts). Rejects with a one-line StoreUnavailableError within a few
+ * seconds when Redis cannot be reached, and with RedisDurabilityError when Redis (on a
+ * cluster: any primary) lacks AOF `appendfsync always` (unless opts.allowVolatileRedis).
+ * Creates the global epoch record when it is missing.
  */
 export async function openRedisStore(url: string, opts: StoreOptions = {}): Promise<Store> {
   const prefix = opts.namespace ?? defaultNamespace('redis');
   const bad = namespaceProblem(prefix);
   if (bad !== null) throw new RangeError(bad);
-  const conn = createConnection(url, {
-    connectionName: 'fencegate',
-    // rediss://: verified against --store-ca instead of the built-in roots, and presenting
-    // --store-cert when given (ioredis turns tls on for rediss).
-    ...(opts.tlsCa === undefined && opts.tlsClient === undefined
-      ? {}
-      : {
-          tls: {
-            ...(opts.tlsCa === undefined ? {} : { ca: [...opts.tlsCa] }),
-            ...(opts.tlsClient === undefined ? {} : opts.tlsClient),
-          },
-        }),
-  });
+  const cluster = /^rediss?\+cluster:\/\//i.test(url);
+  const conn = cluster ? openCluster(url, opts) : openServer(url, opts);
   await connect(conn);
   try {
     const allowVolatile = opts.allowVolatileRedis === true;
-    const durability = await checkDurability(conn, allowVolatile);
+    // One server: its durability first (a clear RedisDurabilityError); a cluster's primaries are checked by verify().
+    const durability =
+      conn.topology === null
+        ? await checkDurability(conn as ServerConnection, allowVolatile)
+        : { durable: false, detail: 'not verified yet' };
     const store = new RedisStore(conn, defineScripts(conn.client), prefix, durability, allowVolatile);
-    if (opts.mustExist === true && (await conn.client.exists(epochKey(prefix))) === 0) {
+    if (opts.mustExist === true && !(await epochExists(conn, epochKey(prefix)))) {
       throw new StoreUnavailableError(
         `redis at ${conn.where} holds no fencegate store with prefix "${prefix}"`,
       );
     }
-    await store.open();
+    await store.open().catch((err: unknown) => rethrowDurability(err));
     return store;
   } catch (err) {
     conn.client.disconnect();
     throw err;
   }
+}
+
+/**
+ * rediss:// (and rediss+cluster://): verified against --store-ca instead of the built-in
+ * roots, presenting --store-cert when given (ioredis turns tls on for rediss).
+ */
+function tlsOptions(opts: StoreOptions): { tls?: { ca?: string[]; cert?: string; key?: string } } {
+  if (opts.tlsCa === undefined && opts.tlsClient === undefined) return {};
+  return {
+    tls: {
+      ...(opts.tlsCa === undefined ? {} : { ca: [...opts.tlsCa] }),
+      ...(opts.tlsClient === undefined ? {} : opts.tlsClient),
+    },
+  };
+}
+
+function openServer(url: string, opts: StoreOptions): Connection {
+  return createConnection(url, { connectionName: 'fencegate', ...tlsOptions(opts) });
+}
+
+function openCluster(url: string, opts: StoreOptions): Connection {
+  const spec = parseClusterSpec(url);
+  if (typeof spec === 'string') throw new RangeError(`"${redactClusterSpec(url)}": ${spec}`);
+  const topology = new ClusterTopology(spec, {
+    redisOptions: { connectionName: 'fencegate', ...(spec.tls ? tlsOptions(opts) : {}) },
+  });
+  return clusterConnection(topology, redactClusterSpec(url));
+}
+
+/** Whether the epoch record exists (on a cluster, asked before any primary is verified). */
+async function epochExists(conn: Connection, key: string): Promise<boolean> {
+  const topology = conn.topology;
+  if (topology === null) return (await conn.client.exists(key)) > 0;
+  await topology.refresh();
+  const owner = topology.ownerOf(keySlot(key));
+  if (owner === undefined)
+    throw new StoreUnavailableError(`redis at ${conn.where}: no primary serves ${key}`);
+  return Number(await topology.raw(owner, 'exists', [key])) > 0;
+}
+
+/** At open, a primary that is not durable is reported as RedisDurabilityError, as for one server. */
+function rethrowDurability(err: unknown): never {
+  let cause: unknown = err;
+  while (cause instanceof Error) {
+    if (cause instanceof RedisDurabilityError) throw cause;
+    cause = cause.cause;
+  }
+  throw err;
 }

@@ -9,7 +9,7 @@
  * connection was down are lost, every listener is then called once (a spurious wake-up,
  * which the Store contract allows) so waiters re-check the state.
  */
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { StoreUnavailableError } from '../../errors.js';
 import { type Connection, duplicateConnection, unavailable } from './connection.js';
 
@@ -103,10 +103,17 @@ export class Watcher {
       if (this.wasReady) for (const ch of this.channels.keys()) this.dispatch(ch);
       this.wasReady = true;
     });
+    // A cluster's subscriber moves to another node when its node is lost (ioredis
+    // re-subscribes): messages published meanwhile are lost, so every listener is woken.
+    const wakeAll = (): void => {
+      for (const ch of this.channels.keys()) this.dispatch(ch);
+    };
+    conn.client.on('-node', wakeAll);
+    conn.client.on('+node', wakeAll);
     return conn;
   }
 
-  private async subscriber(): Promise<Redis> {
+  private async subscriber(): Promise<Redis | Cluster> {
     const conn = this.connection();
     // One connect attempt; if it fails, ioredis keeps reconnecting in the background and
     // SUBSCRIBE fails fast (no offline queue) until it is back.
