@@ -141,6 +141,26 @@ export function summarize(name, measured, cpu = measured.cpu ?? {}) {
   return { name, rps: r.rps, p50: r.p50, p99: r.p99, total: r.requests, bad: r.bad, cpu };
 }
 
+/**
+ * The scale-out row: a second gateway on the same store, each driven by its own wrk at the
+ * same time (after a warm-up together), their throughput summed. Stops the second gateway.
+ */
+export async function twoGateways(one, store, policyDir, tokens, name) {
+  const two = await fencegate(store, policyDir);
+  await Promise.all([run(one.data, { tokens, seconds: WARMUP }), run(two.data, { tokens, seconds: WARMUP })]);
+  const [a, b] = await Promise.all([run(one.data, { tokens }), run(two.data, { tokens })]);
+  await stop(two.child);
+  return {
+    name,
+    rps: a.rps + b.rps,
+    p50: Math.max(a.p50, b.p50),
+    p99: Math.max(a.p99, b.p99),
+    total: a.requests + b.requests,
+    bad: a.bad + b.bad,
+    cpu: {},
+  };
+}
+
 export const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 /**

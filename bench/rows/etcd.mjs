@@ -6,7 +6,7 @@
  * the one gateway's.
  */
 import { startEtcd } from '../etcd-cluster.mjs';
-import { acquireTokens, fencegate, run, stop, summarize, WARMUP } from '../core.mjs';
+import { acquireTokens, fencegate, run, stop, summarize, twoGateways, WARMUP } from '../core.mjs';
 
 export default {
   name: 'etcd',
@@ -30,23 +30,14 @@ export default {
     );
     await stop(asking.child);
     ctx.say(`fencegate fenced, etcd, two gateways at once …`);
-    const two = await fencegate(etcd.spec, ctx.policyDir);
-    await Promise.all([
-      run(one.data, { tokens, seconds: WARMUP }),
-      run(two.data, { tokens, seconds: WARMUP }),
-    ]);
-    const [a, b] = await Promise.all([run(one.data, { tokens }), run(two.data, { tokens })]);
-    const both = {
-      name: 'fencegate fenced, etcd store, 2 gateway processes (sum of both)',
-      rps: a.rps + b.rps,
-      p50: Math.max(a.p50, b.p50),
-      p99: Math.max(a.p99, b.p99),
-      total: a.requests + b.requests,
-      bad: a.bad + b.bad,
-      cpu: {},
-    };
+    const both = await twoGateways(
+      one,
+      etcd.spec,
+      ctx.policyDir,
+      tokens,
+      'fencegate fenced, etcd store, 2 gateway processes (sum of both)',
+    );
     ctx.r.etcdScale = { one: fenced.rps, two: both.rps };
-    await stop(two.child);
     await stop(one.child);
     for (const p of etcd.procs) await stop(p);
     return [fenced, everyWrite, both];

@@ -5,7 +5,7 @@
  * against the one gateway's.
  */
 import { startRedisCluster } from '../redis-cluster.mjs';
-import { acquireTokens, fencegate, run, stop, summarize, WARMUP } from '../core.mjs';
+import { acquireTokens, fencegate, run, stop, summarize, twoGateways, WARMUP } from '../core.mjs';
 
 export default {
   name: 'redis-cluster',
@@ -21,23 +21,14 @@ export default {
       await ctx.cpuOf(one.child.pid, null, { run: () => run(one.data, { tokens }) }),
     );
     ctx.say(`fencegate fenced, redis cluster, two gateways at once …`);
-    const two = await fencegate(cluster.spec, ctx.policyDir);
-    await Promise.all([
-      run(one.data, { tokens, seconds: WARMUP }),
-      run(two.data, { tokens, seconds: WARMUP }),
-    ]);
-    const [a, b] = await Promise.all([run(one.data, { tokens }), run(two.data, { tokens })]);
-    const both = {
-      name: 'fencegate fenced, Redis Cluster store, 2 gateway processes (sum of both)',
-      rps: a.rps + b.rps,
-      p50: Math.max(a.p50, b.p50),
-      p99: Math.max(a.p99, b.p99),
-      total: a.requests + b.requests,
-      bad: a.bad + b.bad,
-      cpu: {},
-    };
+    const both = await twoGateways(
+      one,
+      cluster.spec,
+      ctx.policyDir,
+      tokens,
+      'fencegate fenced, Redis Cluster store, 2 gateway processes (sum of both)',
+    );
     ctx.r.redisClusterScale = { one: fenced.rps, two: both.rps };
-    await stop(two.child);
     await stop(one.child);
     for (const p of cluster.procs) await stop(p);
     return [fenced, both];
