@@ -99,6 +99,40 @@ describe('Redis store on a Redis Cluster', () => {
     expect(page.locks.map((l) => l.key).sort()).toEqual([...locks].sort());
   });
 
+  it("one turn's batches on every primary share one read of the epoch floor, after all their replies", async () => {
+    const prefix = uniqueName('fgt');
+    const store = await open(prefix);
+    const c = await sharedRedisCluster();
+    const epochNode = await c.primaryOfSlot(keySlot(`${prefix}:epoch`));
+    const locks = Array.from({ length: 24 }, (_, i) => `one-read:${i}`);
+    const leases = await Promise.all(
+      locks.map(async (key) => {
+        const r = await store.tryAcquire({ key, owner: 'o', ttlMs: 30_000 });
+        if (!r.ok) throw new Error(`no grant for ${key}`);
+        return r.lease;
+      }),
+    );
+    const admit = (l: (typeof leases)[number], requestId: string) =>
+      store.admit({ lock: l.key, token: l.token, check: 'token', requestId, session: 's', record: true });
+    await admit(leases[0]!, 'warm'); // the first batch reads the floor before it is sent
+    const monitor = await (await c.connect(epochNode)).monitor();
+    const reads: string[][] = [];
+    monitor.on('monitor', (_time: string, args: string[]) => {
+      if (args[0]?.toLowerCase() === 'hmget' && args[1] === `${prefix}:epoch`) reads.push(args);
+    });
+    try {
+      const slots = new Set(leases.map((l) => keySlot(lockKeys(prefix, l.key).inf)));
+      expect(slots.size).toBeGreaterThan(3);
+      const admits = await Promise.all(leases.map((l) => admit(l, `r-${l.key}`)));
+      expect(admits.every((a) => a.ok)).toBe(true);
+      // One script call per slot, one floor read for the turn (not one per slot).
+      await waitUntil('the floor read seen by MONITOR', () => reads.length >= 1, { timeoutMs: 2000 });
+      expect(reads).toEqual([['hmget', `${prefix}:epoch`, 'floor']]);
+    } finally {
+      monitor.disconnect();
+    }
+  });
+
   it('checks durability on every primary: at open, and again on a replaced connection (fail closed, then recover)', async () => {
     const store = await open();
     const [weak] = await primaries();

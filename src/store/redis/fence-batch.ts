@@ -20,9 +20,9 @@
  * On a Redis Cluster (`slotOf` given) a turn's operations are split by hash slot, one
  * script call per slot (a script's keys must share one slot), and the epoch record lives
  * on another primary than most locks: two connections, no order between them. So the
- * floor is read again only once the batch's reply has arrived. That read runs after the
- * admissions ran (they ran before their reply was sent), so it shows the floor as it was
- * at or after them: the same argument, with time in place of the connection's order
+ * floor is read again only once every batch of the turn was answered, one read for the
+ * turn. That read runs after the admissions ran (they ran before their reply was sent),
+ * so it shows the floor as it was at or after them: the same argument, with time in place of the connection's order
  * (docs/adr/0021-redis-cluster.md).
  */
 import type { AdmitResult } from '../types.js';
@@ -221,15 +221,15 @@ export class FenceBatcher {
     const floor = this.floor;
     if (admits === 0) {
       // Finishes only: no floor involved ('0' is below every floor, and unused).
-      for (const b of batches) this.send(b, '0', false);
+      this.sendTurn(batches, '0', false);
     } else if (floor !== null) {
-      for (const b of batches) this.send(b, floor, b.admits > 0);
+      this.sendTurn(batches, floor, true);
     } else {
       // The epoch first (start, or after the floor changed), then the batches behind it.
       this.readFloor().then(
         (read) => {
           this.floor = read;
-          for (const b of batches) this.send(b, read, false);
+          this.sendTurn(batches, read, false);
         },
         (err: unknown) => {
           for (const b of batches) {
@@ -242,41 +242,53 @@ export class FenceBatcher {
   };
 
   /**
-   * A cluster's batch: the script call routed to its slot's primary, and the floor read
-   * again once its reply arrived (the ordering argument in this module's header).
+   * Sends a turn's batches with `floor`; `reread`: the floor is read again for the batches
+   * with admissions (one server: behind each on the same connection, send()).
    */
-  private sendThenReread(b: Batch, floor: string, withReread: boolean, resent: boolean): void {
-    let reply: Promise<unknown>;
-    try {
-      reply = FENCE_BATCH.call(this.redis, b.args(floor), b.slot);
-    } catch (err) {
-      this.sent();
-      fail(b, err);
+  private sendTurn(batches: readonly Batch[], floor: string, reread: boolean): void {
+    if (this.slotOf === null) {
+      for (const b of batches) this.send(b, floor, reread && b.admits > 0);
       return;
     }
-    reply.then(
-      async (value) => {
-        let current: boolean | Error = true;
-        if (withReread) {
-          try {
-            current = ((await this.redis.hmget(this.epochKey, 'floor'))[0] ?? null) === floor;
-            if (!current && this.floor === floor) this.floor = null;
-          } catch (err) {
-            current = err instanceof Error ? err : new Error(String(err));
-          }
-        }
-        this.sent();
-        settle(b, value, current);
-      },
-      (err: unknown) => {
-        if (!resent && isNoScript(err)) {
-          this.send(b, floor, b.admits > 0, true);
-          return;
-        }
-        this.sent();
-        fail(b, err);
-      },
-    );
+    void this.sendCluster(batches, floor, reread);
+  }
+
+  /**
+   * A cluster's turn: each slot's script call to its primary at once, and once every reply
+   * arrived, one read of the floor for all of them: it runs after every batch's admissions
+   * ran (the ordering argument in this module's header), so one read serves the turn (not
+   * one per slot, all to the primary that holds the epoch record).
+   */
+  private async sendCluster(batches: readonly Batch[], floor: string, reread: boolean): Promise<void> {
+    const replies = await Promise.all(batches.map((b) => this.callSlot(b, floor)));
+    let current: boolean | Error = true;
+    const admitted = replies.some((r, i) => r.ok && (batches[i] as Batch).admits > 0);
+    // A batch sent again after NOSCRIPT is checked too, as send() does.
+    if (admitted && (reread || replies.some((r) => r.resent))) {
+      try {
+        current = ((await this.redis.hmget(this.epochKey, 'floor'))[0] ?? null) === floor;
+        if (!current && this.floor === floor) this.floor = null;
+      } catch (err) {
+        current = err instanceof Error ? err : new Error(String(err));
+      }
+    }
+    batches.forEach((b, i) => {
+      const r = replies[i] as SlotReply;
+      this.sent();
+      if (r.ok) settle(b, r.value, current);
+      else fail(b, r.err);
+    });
+  }
+
+  /** One slot's script call, sent once more with its source after NOSCRIPT (nothing ran). */
+  private async callSlot(b: Batch, floor: string): Promise<SlotReply> {
+    for (let resent = false; ; resent = true) {
+      try {
+        return { ok: true, value: await FENCE_BATCH.call(this.redis, b.args(floor), b.slot), resent };
+      } catch (err) {
+        if (resent || !isNoScript(err)) return { ok: false, err, resent };
+      }
+    }
   }
 
   /**
@@ -286,10 +298,6 @@ export class FenceBatcher {
    * with the source, and with its admissions' floor read again behind it.
    */
   private send(b: Batch, floor: string, withReread: boolean, resent = false): void {
-    if (this.slotOf !== null) {
-      this.sendThenReread(b, floor, withReread, resent);
-      return;
-    }
     let reply: Promise<unknown>;
     let reread: Promise<(string | null)[]> | null = null;
     // Both commands in one socket write (the connection does not auto-pipeline).
@@ -334,6 +342,8 @@ export class FenceBatcher {
     );
   }
 }
+
+type SlotReply = { ok: true; value: unknown; resent: boolean } | { ok: false; err: unknown; resent: boolean };
 
 function settle(b: Batch, value: unknown, current: boolean | Error): void {
   let r: ReplyReader;
